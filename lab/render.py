@@ -1,0 +1,169 @@
+"""Topology -> files. ``render`` is pure (returns {relative path: text}); ``write`` puts them on disk atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import jinja2
+
+from lab import __version__
+from lab.errors import SpecError
+from lab.picture import fabric_svg
+from lab.topology import IFNAMSIZ, Link, Node, Topology, check_interface_names, summary
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+HOST_ROUTE_TABLE = 10
+IMAGES = {"router": f"hpnlab/router:{__version__}", "host": f"hpnlab/host:{__version__}"}
+ROUTER_SYSCTLS = {
+    "net.ipv4.ip_forward": 1,
+    "net.ipv6.conf.all.forwarding": 1,
+    "net.ipv4.conf.all.rp_filter": 0,
+    "net.ipv4.conf.default.rp_filter": 0,
+    "net.ipv4.fib_multipath_hash_policy": 1,
+    "net.ipv4.conf.all.ignore_routes_with_linkdown": 1,
+    "net.ipv4.neigh.default.gc_thresh1": 4096,
+    "net.ipv4.neigh.default.gc_thresh2": 8192,
+    "net.ipv4.neigh.default.gc_thresh3": 16384,
+}
+HOST_SYSCTLS = {
+    "net.ipv4.conf.all.rp_filter": 0,
+    "net.ipv4.conf.default.rp_filter": 0,
+    "net.ipv4.fib_multipath_hash_policy": 1,
+    "net.ipv4.conf.all.ignore_routes_with_linkdown": 1,
+    # Both ports carry the same IP: answer ARP only for addresses on the asking port.
+    "net.ipv4.conf.all.arp_ignore": 1,
+}
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def adjacency(topo: Topology) -> dict[str, list[tuple[Link, int]]]:
+    """node -> [(link, which end is local: 0 = a, 1 = b)], built once (O(links)) for Pod-scale renders."""
+    adj: dict[str, list[tuple[Link, int]]] = defaultdict(list)
+    for lk in topo.links:
+        adj[lk.a.node].append((lk, 0))
+        adj[lk.b.node].append((lk, 1))
+    return adj
+
+
+def _ends(lk: Link, side: int):
+    return (lk.a, lk.b) if side == 0 else (lk.b, lk.a)
+
+
+def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]]]) -> dict:
+    """What the runtime and the node's agent need to bring this node up, as plain JSON data."""
+    spec = topo.spec
+    ifaces = []
+    for lk, side in adj[node.name]:
+        local, remote = _ends(lk, side)
+        ifaces.append({"name": local.iface, "mac": local.mac, "peer": remote.node, "peer_iface": remote.iface,
+                       "kind": lk.kind})
+    base = {"lab": topo.name, "name": node.name, "role": node.role, "interfaces": ifaces,
+            "mechanisms": spec.mechanisms.model_dump()}
+    lacp = spec.lacp
+    if node.role == "host":
+        same_rail = defaultdict(list)
+        for st in topo.sets:
+            same_rail[st.rail].append(st.subnet)
+        base["sysctls"] = HOST_SYSCTLS
+        base["driver"] = spec.host_driver
+        base["lacp"] = {"system_priority": 65535, "key": 1, "fast_rate": lacp.fast_rate}
+        base["nics"] = [{"rail": nic.rail, "ip": nic.ip, "mac": nic.mac, "subnet": nic.subnet,
+                         "gateway": nic.gateway, "ports": nic.ports, "tors": nic.tors,
+                         "remote_subnets": [s for s in same_rail[nic.rail] if s != nic.subnet]}
+                        for nic in node.nics]
+        return base
+    base.update({"asn": node.asn, "router_id": node.router_id, "sysctls": ROUTER_SYSCTLS,
+                 "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] != "access"]})
+    if node.role == "tor":
+        base.update({
+            "segment": node.segment, "rail": node.rail, "side": node.side, "plane": node.plane,
+            "subnet": node.subnet, "gateway": node.gateway, "table": HOST_ROUTE_TABLE,
+            "lacp": {"system_mac": lacp.system_mac, "system_priority": lacp.system_priority, "key": lacp.key,
+                     "port_offset": node.lacp_offset, "fast_rate": lacp.fast_rate},
+            "host_ports": [{"iface": _ends(lk, side)[0].iface, "port_id": lk.lacp_port,
+                            "host": _ends(lk, side)[1].node, "host_iface": _ends(lk, side)[1].iface,
+                            "host_port": lk.host_port}
+                           for lk, side in adj[node.name] if lk.kind == "access"],
+        })
+    return base
+
+
+def render(topo: Topology) -> dict[str, str]:
+    env = _env()
+    adj = adjacency(topo)
+    files: dict[str, str] = {}
+    spec = topo.spec
+    too_long = check_interface_names(topo)
+    if too_long:
+        raise SpecError(f"interface name '{too_long[0]}' exceeds {IFNAMSIZ} characters; reduce the sizes")
+    templates = {role: env.get_template(f"frr/{role}.conf.j2") for role in ("tor", "agg", "core")}
+    daemons = env.get_template("frr/daemons.j2")
+    for node in topo.nodes:
+        cfg = node_config(topo, node, adj)
+        files[f"{node.name}/node.json"] = json.dumps(cfg, indent=1) + "\n"
+        if node.role == "host":
+            continue
+        ctx = {"node": node, "spec": spec, "fabric_ifaces": cfg["fabric_ifaces"], "table": HOST_ROUTE_TABLE}
+        files[f"{node.name}/frr.conf"] = templates[node.role].render(ctx)
+        files[f"{node.name}/daemons"] = daemons.render(ctx)
+    summ = summary(topo)
+    files[f"{topo.name}.clab.yml"] = env.get_template("clab/topology.clab.yml.j2").render(
+        topo=topo, summary=summ, images=IMAGES, version=__version__)
+    files["topology.json"] = json.dumps(topo.to_dict(), indent=1) + "\n"
+    files["fabric.svg"] = fabric_svg(topo)
+    return files
+
+
+MARKER = "topology.json"
+
+
+def write(files: dict[str, str], out: str | Path) -> Path:
+    """Write all files or none: build in a sibling temp dir, then swap it in.
+
+    An existing DIR is replaced only if it holds an earlier hpnlab output (its topology.json) or is empty,
+    so a typo in --out never wipes someone's directory.
+    """
+    out = Path(out).resolve()
+    if out.exists():
+        if not out.is_dir():
+            raise SpecError(f"--out '{out}' exists and is not a directory; choose another path")
+        if any(out.iterdir()) and not (out / MARKER).exists():
+            raise SpecError(f"--out '{out}' is a non-empty directory not made by hpnlab; choose an empty or new path")
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecError(f"--out '{out}': cannot create parent directory ({e.strerror})") from None
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        for rel, text in files.items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=parent))
+            os.rename(out, old / "x")
+            os.rename(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
