@@ -26,9 +26,6 @@ ROUTER_SYSCTLS = {
     "net.ipv4.conf.default.rp_filter": 0,
     "net.ipv4.fib_multipath_hash_policy": 1,
     "net.ipv4.conf.all.ignore_routes_with_linkdown": 1,
-    "net.ipv4.neigh.default.gc_thresh1": 4096,
-    "net.ipv4.neigh.default.gc_thresh2": 8192,
-    "net.ipv4.neigh.default.gc_thresh3": 16384,
 }
 HOST_SYSCTLS = {
     "net.ipv4.conf.all.rp_filter": 0,

@@ -1,0 +1,141 @@
+"""What both agents share: LACP packet sockets, ARP kicks, a status file, and the select loop.
+
+Kept free of heavy imports (no pyroute2, no scapy) so the host agent stays small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+from lab.agents import lacp
+
+SOL_PACKET = 263
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_MR_MULTICAST = 0
+ETH_P_ARP = 0x0806
+
+
+def log(msg: str) -> None:
+    sys.stdout.write(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {msg}\n")
+    sys.stdout.flush()
+
+
+def packet_socket(iface: str) -> socket.socket:
+    """AF_PACKET socket receiving only Slow Protocols (LACP) frames on ``iface``."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(lacp.ETH_P_SLOW))
+    s.bind((iface, lacp.ETH_P_SLOW))
+    idx = socket.if_nametoindex(iface)
+    mreq = struct.pack("iHH8s", idx, PACKET_MR_MULTICAST, 6, lacp.SLOW_PROTOCOLS_MAC + b"\0\0")
+    s.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+    s.setblocking(False)
+    return s
+
+
+def arp_request(src_mac: str, src_ip: str, target_ip: str) -> bytes:
+    """Broadcast who-has: makes the ToR on this port learn us (and refresh its /32)."""
+    smac = lacp.mac_bytes(src_mac)
+    return (b"\xff" * 6 + smac + struct.pack("!H", ETH_P_ARP)
+            + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + smac + socket.inet_aton(src_ip)
+            + b"\0" * 6 + socket.inet_aton(target_ip))
+
+
+def carrier(iface: str) -> bool:
+    try:
+        return Path(f"/sys/class/net/{iface}/carrier").read_text().strip() == "1"
+    except OSError:  # reading carrier of an admin-down link fails with EINVAL
+        return False
+
+
+def iface_mac(iface: str) -> str:
+    return Path(f"/sys/class/net/{iface}/address").read_text().strip()
+
+
+class StatusFile:
+    """Atomically rewritten JSON: status/verify read it; its ``time`` is the agent's heartbeat."""
+
+    def __init__(self, path: str | None):
+        self.path = Path(path) if path else None
+
+    def write(self, data: dict) -> None:
+        if not self.path:
+            return
+        data = {**data, "pid": os.getpid(), "time": time.time()}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path)
+
+
+class Stop(Exception):
+    pass
+
+
+def install_signal_handlers() -> None:
+    def stop(_sig, _frm):
+        raise Stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+class LacpDriver:
+    """Owns the packet sockets of a set of LACP ports and moves frames in and out of the machines."""
+
+    def __init__(self, ports: list[lacp.Port], enabled: bool):
+        self.ports = ports
+        self.enabled = enabled  # mechanisms.lacp; off = static, no LACPDUs
+        self.socks: dict[int, tuple[socket.socket, lacp.Port]] = {}
+        self.tx_socks: dict[str, socket.socket] = {}
+        for p in ports:
+            s = packet_socket(p.iface)
+            self.tx_socks[p.iface] = s
+            if enabled:
+                self.socks[s.fileno()] = (s, p)
+
+    def fds(self) -> list[int]:
+        return list(self.socks)
+
+    def handle(self, fd: int, now: float) -> None:
+        s, port = self.socks[fd]
+        while True:
+            try:
+                frame = s.recv(2048)
+            except BlockingIOError:
+                return
+            except OSError:
+                return  # link went away under us; carrier handling resyncs
+            pdu = lacp.decode(frame)
+            if pdu:
+                port.receive(pdu[0], pdu[1], now)
+
+    def send(self, iface: str, frame: bytes) -> None:
+        try:
+            self.tx_socks[iface].send(frame)
+        except OSError:
+            pass  # carrier down: the periodic machine retries
+
+    def transmit(self, now: float) -> None:
+        if not self.enabled:
+            return
+        for p in self.ports:
+            f = p.due(now)
+            if f:
+                self.send(p.iface, f)
+
+    def next_deadline(self, now: float) -> float:
+        if not self.enabled:
+            return now + 1.0
+        return min([p.next_deadline() for p in self.ports if p.enabled] or [now + 1.0])
+
+
+def wait(fds: list[int], deadline: float) -> list[int]:
+    timeout = max(0.0, min(deadline - time.monotonic(), 1.0))
+    r, _, _ = select.select(fds, [], [], timeout)
+    return r

@@ -1,0 +1,172 @@
+"""Health checks of a running lab, through the runtime interface only (works on every runtime).
+
+Each check is {"name", "ok", "detail"}. Stages run in order and stop at the first failing stage,
+so polling a lab that is still converging stays cheap.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from lab.runtime.base import Runtime, pid_alive
+
+HEARTBEAT_MAX_AGE = 3.0
+
+
+def _check(name: str, ok: bool, detail: str) -> dict:
+    return {"name": name, "ok": bool(ok), "detail": detail}
+
+
+def read_status(rt: Runtime, node: str) -> dict | None:
+    try:
+        return json.loads((rt.status_dir / f"{node}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+    out = []
+    now = time.time()
+    for n, c in cfgs.items():
+        if c["role"] not in ("tor", "host"):
+            continue
+        st = read_status(rt, n)
+        pid = rt.state.data.get("agents", {}).get(n)
+        alive = pid is not None and pid_alive(int(pid))
+        if not alive:
+            out.append(_check(f"agent {n}", False, f"agent process {pid} is not running (see logs/{n}.agent.log)"))
+        elif st is None or now - st["time"] > HEARTBEAT_MAX_AGE:
+            age = "never" if st is None else f"{now - st['time']:.1f} s ago"
+            out.append(_check(f"agent {n}", False, f"no heartbeat (last {age})"))
+        else:
+            out.append(_check(f"agent {n}", True, f"pid {pid}, heartbeat {now - st['time']:.1f} s ago"))
+    return out
+
+
+def check_lacp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+    out = []
+    for n, c in cfgs.items():
+        if c["role"] != "host" or not c["mechanisms"]["lacp"]:
+            continue
+        st = read_status(rt, n) or {"nics": []}
+        problems, parts = [], []
+        for nic in st["nics"]:
+            partners = set()
+            for p in nic["ports"]:
+                pr = p["partner"]
+                if p["mux"] != "collecting_distributing" or pr is None:
+                    problems.append(f"{p['iface']} {p['mux']} (rx {p['rx']})")
+                    continue
+                partners.add((pr["system"], pr["key"]))
+                parts.append(f"{p['iface']}->{pr['system']}/k{pr['key']}/p{pr['port']}")
+            ports = [p["partner"]["port"] for p in nic["ports"] if p["partner"]]
+            if len(partners) > 1:
+                problems.append(f"rail {nic['rail']}: two partner systems {sorted(partners)}")
+            if len(ports) == 2 and ports[0] == ports[1]:
+                problems.append(f"rail {nic['rail']}: both ToRs present port {ports[0]}")
+        out.append(_check(f"lacp {n}", not problems and bool(parts), "; ".join(problems) or " ".join(parts)))
+    return out
+
+
+def check_bgp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+    routers = [n for n, c in cfgs.items() if c["role"] != "host"]
+
+    def one(n: str) -> dict:
+        want = len(cfgs[n]["fabric_ifaces"])
+        data = rt.vtysh_json(n, "show bgp summary json")
+        if not isinstance(data, dict):
+            return _check(f"bgp {n}", False, "bgpd not answering")
+        peers = (data.get("ipv4Unicast") or {}).get("peers", {})
+        up = sum(1 for p in peers.values() if p.get("state") == "Established")
+        return _check(f"bgp {n}", up == want, f"{up}/{want} sessions established")
+
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        return list(ex.map(one, routers))
+
+
+def expected_prefixes(cfgs: dict[str, dict]) -> set[str]:
+    """Every set subnet and (with host routes on) every host /32: each set has one ToR in each plane,
+    so in dual-plane and Clos alike every agg and core must know them all."""
+    want = {c["subnet"] for c in cfgs.values() if c["role"] == "tor"}
+    for c in cfgs.values():
+        if c["role"] == "host" and c["mechanisms"]["host_routes"]:
+            want |= {f"{nic['ip']}/32" for nic in c["nics"]}
+    return want
+
+
+def kernel_routes(rt: Runtime, node: str) -> set[str]:
+    r = rt.run(node, ["ip", "-4", "-j", "route", "show"], check=False)
+    try:
+        routes = json.loads(r.stdout or "[]")
+    except ValueError:
+        return set()
+    out = set()
+    for rt_ in routes:
+        dst = rt_.get("dst", "")
+        if rt_.get("type", "unicast") != "unicast" or "linkdown" in rt_.get("flags", []):
+            continue
+        out.add(dst if "/" in dst else f"{dst}/32")
+    return out
+
+
+def check_routes(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+    out = []
+    for n, c in cfgs.items():
+        if c["role"] not in ("agg", "core"):
+            continue
+        want = expected_prefixes(cfgs)
+        have = kernel_routes(rt, n)
+        missing = sorted(want - have, key=lambda p: ipaddress.ip_network(p))
+        out.append(_check(f"routes {n}", not missing,
+                          f"{len(want) - len(missing)}/{len(want)} host /32s and set subnets"
+                          + (f"; missing {', '.join(missing[:4])}" + (" ..." if len(missing) > 4 else "")
+                             if missing else "")))
+    return out
+
+
+def check_reachability(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+    hosts = [c for c in cfgs.values() if c["role"] == "host"]
+    rails = sorted({nic["rail"] for h in hosts for nic in h["nics"]})
+    out = []
+    for rail in rails:
+        pairs = []
+        for a in hosts:
+            src = next(nic["ip"] for nic in a["nics"] if nic["rail"] == rail)
+            for b in hosts:
+                if b is not a:
+                    pairs.append((a["name"], src, next(nic["ip"] for nic in b["nics"] if nic["rail"] == rail)))
+
+        def ping(p):
+            node, src, dst = p
+            r = rt.run(node, ["ping", "-n", "-q", "-c", "1", "-W", "1", "-I", src, dst], check=False, timeout=10)
+            return p, r.returncode == 0
+
+        with ThreadPoolExecutor(max_workers=16) as ex:
+            res = list(ex.map(ping, pairs))
+        bad = [f"{src}->{dst}" for (n, src, dst), ok in res if not ok]
+        out.append(_check(f"reach rail {rail}", not bad,
+                          f"{len(res) - len(bad)}/{len(res)} host pairs answer ping"
+                          + (f"; failing {', '.join(bad[:4])}" if bad else "")))
+    return out
+
+
+STAGES = [("agents", check_agents), ("lacp", check_lacp), ("bgp", check_bgp), ("routes", check_routes),
+          ("reachability", check_reachability)]
+
+
+def verify(rt: Runtime, cfgs: dict[str, dict], stop_at_failure: bool = True) -> list[dict]:
+    checks: list[dict] = []
+    for _stage, fn in STAGES:
+        res = fn(rt, cfgs)
+        checks += res
+        if stop_at_failure and not all(c["ok"] for c in res):
+            break
+    return checks
+
+
+def complete(checks: list[dict], cfgs: dict[str, dict]) -> bool:
+    """All stages ran and passed."""
+    return bool(checks) and all(c["ok"] for c in checks) and any(c["name"].startswith("reach") for c in checks)
