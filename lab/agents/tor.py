@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import os
+import queue
 import socket
+import threading
 import time
 
 from pyroute2 import IPRoute
@@ -39,14 +42,27 @@ class TorAgent:
                                 sys_prio=lc["system_priority"], fast=lc["fast_rate"]) for hp in cfg["host_ports"]]
         self.by_iface = {p.iface: p for p in self.ports}
         self.driver = LacpDriver(self.ports, self.mech["lacp"])
-        self.ipr = IPRoute()
-        self.ipr.bind(groups=RTMGRP_LINK | RTMGRP_NEIGH)
+        self.ipr = IPRoute()  # dumps and route changes, main thread only
+        self.events: queue.Queue = queue.Queue()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        threading.Thread(target=self._monitor, daemon=True).start()
         self.ifindex = {p.iface: socket.if_nametoindex(p.iface) for p in self.ports}
         self.ifname = {v: k for k, v in self.ifindex.items()}
         self.neigh: dict[str, str] = {}  # ip -> iface, valid entries on host ports
         self.installed: dict[str, str] = {}  # ip -> iface in table 10
         self.status = StatusFile(status)
         self.changes = 0
+
+    def _monitor(self) -> None:
+        """pyroute2's get() blocks and buffers internally, so select() on its fd is not a reliable
+        readiness signal: read events in a thread and wake the main loop through a pipe."""
+        mon = IPRoute()
+        mon.bind(groups=RTMGRP_LINK | RTMGRP_NEIGH)
+        while True:
+            for m in mon.get():
+                self.events.put(m)
+            os.write(self.wake_w, b"x")
 
     # --- state -----------------------------------------------------------------------------------
     def port_ok(self, iface: str) -> bool:
@@ -121,7 +137,7 @@ class TorAgent:
     def run(self) -> None:
         now = time.monotonic()
         self.resync(now)
-        nl = self.ipr.fileno()
+        nl = self.wake_r
         last_status = 0.0
         log(f"tor agent up: {len(self.ports)} host ports, lacp={'on' if self.mech['lacp'] else 'off'}, "
             f"system {self.ports[0].system if self.ports else '-'}")
@@ -129,7 +145,13 @@ class TorAgent:
             for fd in wait(self.driver.fds() + [nl], self.driver.next_deadline(now)):
                 now = time.monotonic()
                 if fd == nl:
-                    for m in self.ipr.get():
+                    try:
+                        while os.read(nl, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    while not self.events.empty():
+                        m = self.events.get_nowait()
                         ev = m.get("event", "")
                         if ev in ("RTM_NEWNEIGH", "RTM_DELNEIGH"):
                             self._neigh_msg(m)
@@ -148,6 +170,9 @@ class TorAgent:
             before = self.changes
             self.reconcile()
             if self.changes != before or now - last_status >= 1.0:
+                if now - last_status >= 1.0:  # safety net for a missed link event
+                    for p in self.ports:
+                        p.set_enabled(carrier(p.iface), now)
                 self.status.write(self.snapshot(now))
                 last_status = now
 

@@ -1,0 +1,53 @@
+"""Node setup plans and host route lines, as data (no root)."""
+
+import json
+
+from lab.agents.host import route_lines
+from lab.nodesetup import ip_batch, nft_ruleset, sysctls
+from lab.render import render
+from lab.spec import load_spec, parse_spec
+from lab.topology import build
+
+
+def cfg(node, spec=None):
+    return json.loads(render(build(spec or load_spec()))[f"{node}/node.json"])
+
+
+def test_tor_proxy_arp_and_gateway():
+    c = cfg("s0r0a")
+    s = sysctls(c)
+    assert s["net.ipv4.conf.h0p0.proxy_arp"] == 1 and s["net.ipv4.neigh.h0p0.proxy_delay"] == 0
+    lines = ip_batch(c)
+    assert "address replace 10.0.0.1/32 dev h0p0 scope link" in lines
+    assert "rule add pref 100 lookup 10" in lines
+
+
+def test_arp_proxy_switch_off():
+    c = cfg("s0r0a", parse_spec({"name": "x", "mechanisms": {"arp_proxy": False}}))
+    assert sysctls(c)["net.ipv4.conf.h0p0.proxy_arp"] == 0
+
+
+def test_host_same_ip_on_both_ports_and_arp_dup():
+    c = cfg("s0h0")
+    lines = ip_batch(c)
+    assert "address replace 10.0.0.2/32 dev r0p0" in lines and "address replace 10.0.0.2/32 dev r0p1" in lines
+    rules = nft_ruleset(c)
+    assert 'hook egress device "r0p0"' in rules and 'dup to "r0p1"' in rules and 'dup to "r0p0"' in rules
+    assert "meta mark !=" in rules
+    assert nft_ruleset(cfg("s0h0", parse_spec({"name": "x", "mechanisms": {"arp_duplication": False}}))) is None
+
+
+def test_bond_plan_for_kernels_with_bonding():
+    lines = ip_batch(cfg("s0h0"), driver="bond")
+    assert any("type bond mode 802.3ad lacp_rate fast" in l for l in lines)
+    assert "link set r0p0 master bond0" in lines
+
+
+def test_route_lines():
+    nic = cfg("s0h0")["nics"][0]
+    both = route_lines(nic, ["r0p0", "r0p1"])
+    assert both[0] == "route replace 10.0.0.0/24 proto static src 10.0.0.2 nexthop dev r0p0 nexthop dev r0p1"
+    assert "nexthop via 10.0.0.1 dev r0p0 onlink nexthop via 10.0.0.1 dev r0p1 onlink" in both[1]
+    one = route_lines(nic, ["r0p1"])
+    assert one[1].endswith("via 10.0.0.1 dev r0p1 onlink")
+    assert route_lines(nic, [])[0] == "route del 10.0.0.0/24"
