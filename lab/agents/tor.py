@@ -28,6 +28,7 @@ RTMGRP_LINK, RTMGRP_NEIGH = 0x1, 0x4
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
 PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (rt_protos: unassigned)
 RT_SCOPE_LINK = 253
+NEIGH_RESYNC = 5.0
 
 
 class TorAgent:
@@ -46,7 +47,10 @@ class TorAgent:
         self.events: queue.Queue = queue.Queue()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
+        self.bound = threading.Event()
         threading.Thread(target=self._monitor, daemon=True).start()
+        if not self.bound.wait(10):
+            raise SystemExit("netlink monitor did not start")
         self.ifindex = {p.iface: socket.if_nametoindex(p.iface) for p in self.ports}
         self.ifname = {v: k for k, v in self.ifindex.items()}
         self.neigh: dict[str, str] = {}  # ip -> iface, valid entries on host ports
@@ -59,6 +63,7 @@ class TorAgent:
         readiness signal: read events in a thread and wake the main loop through a pipe."""
         mon = IPRoute()
         mon.bind(groups=RTMGRP_LINK | RTMGRP_NEIGH)
+        self.bound.set()  # the first dump must follow this, or early ARPs are missed
         while True:
             for m in mon.get():
                 self.events.put(m)
@@ -88,6 +93,9 @@ class TorAgent:
     def resync(self, now: float) -> None:
         for p in self.ports:
             p.set_enabled(carrier(p.iface), now)
+        self.resync_neighbours()
+
+    def resync_neighbours(self) -> None:
         self.neigh.clear()
         for m in self.ipr.get_neighbours(family=socket.AF_INET):
             m["event"] = "RTM_NEWNEIGH"
@@ -138,7 +146,7 @@ class TorAgent:
         now = time.monotonic()
         self.resync(now)
         nl = self.wake_r
-        last_status = 0.0
+        last_status = last_resync = now
         log(f"tor agent up: {len(self.ports)} host ports, lacp={'on' if self.mech['lacp'] else 'off'}, "
             f"system {self.ports[0].system if self.ports else '-'}")
         while True:
@@ -173,6 +181,10 @@ class TorAgent:
                 if now - last_status >= 1.0:  # safety net for a missed link event
                     for p in self.ports:
                         p.set_enabled(carrier(p.iface), now)
+                if now - last_resync >= NEIGH_RESYNC:  # safety net: the kernel's table is the truth
+                    self.resync_neighbours()
+                    self.reconcile()
+                    last_resync = now
                 self.status.write(self.snapshot(now))
                 last_status = now
 

@@ -57,6 +57,10 @@ class NetnsRuntime(Runtime):
     def deploy(self, config_dir: Path, progress: Progress) -> None:
         topo, cfgs = load_nodes(config_dir)
         st = self.state
+        taken = set(run(["ip", "netns", "list"], check=False).stdout.split()) & {self.netns(n) for n in cfgs}
+        if taken:  # never adopt (and later delete) a namespace this lab did not create
+            raise RuntimeFailure(f"network namespace '{sorted(taken)[0]}' already exists and is not this lab's: "
+                                 f"remove it or choose another lab name")
         st.data.update({"runtime": self.name, "config": str(config_dir), "started": time.time()})
         st.data["netns"] = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists
         st.save()

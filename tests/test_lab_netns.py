@@ -1,0 +1,258 @@
+"""The lab on network namespaces, for real: FRR, agents, and each HPN mechanism observed on the wire
+from outside the agents (tcpdump captures decoded by scapy, scapy-crafted ARP, kernel FIBs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES, ROOT
+
+VMAC = "00:00:5e:00:01:01"
+HPN = [sys.executable, "-m", "lab.cli"]
+
+
+def _need_lab_machine():
+    why = None
+    if os.geteuid() != 0:
+        why = "needs root for network namespaces"
+    elif not Path("/usr/lib/frr/zebra").exists():
+        why = "needs Debian's frr (/usr/lib/frr/zebra); ./bootstrap installs it"
+    elif not shutil.which("tcpdump") or not shutil.which("nft"):
+        why = "needs tcpdump and nftables; ./bootstrap installs them"
+    if why:
+        print(f"SKIP: {why}", file=sys.stderr)
+        pytest.skip(why)
+
+
+pytestmark = pytest.mark.root
+
+
+def hpnlab(*args, timeout=180, check=True) -> subprocess.CompletedProcess:
+    r = subprocess.run([*HPN, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"hpnlab {' '.join(args)} -> {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def nsexec(lab, node, *argv, timeout=30, check=False) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", f"{lab}-{node}", *argv], capture_output=True, text=True,
+                          timeout=timeout, check=check)
+
+
+def routes(lab, node) -> set[str]:
+    out = nsexec(lab, node, "ip", "-4", "-j", "route", "show").stdout
+    return {r["dst"] for r in json.loads(out or "[]") if "linkdown" not in r.get("flags", [])}
+
+
+def poll(fn, timeout=5.0, interval=0.02):
+    """FRR topotest style: poll for the expected state until a deadline, never a blind sleep."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(interval)
+
+
+def leftovers(lab: str) -> list[str]:
+    """Everything a lab could leave behind: namespaces, FRR run dirs, state, processes, root nft tables."""
+    out = []
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    out += [f"netns {n}" for n in ns if n.startswith(f"{lab}-")]
+    out += [f"frr dir {p}" for p in Path("/var/run/frr").glob(f"{lab}-*")]
+    if Path(f"/run/hpnlab/{lab}").exists():
+        out.append(f"state /run/hpnlab/{lab}")
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"{lab}-".encode() in b" ".join(cmd) and (b"/usr/lib/frr/" in cmd[0] or
+                                                          any(b"lab.agents" in c for c in cmd)):
+                out.append(f"process {proc.name} {cmd[0].decode()}")
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    out += [f"root nft {t}" for t in tables.splitlines() if "hpnlab" in t]
+    return out
+
+
+@pytest.fixture(scope="module")
+def lab():
+    _need_lab_machine()
+    name = "hpn"
+    hpnlab("down", "--lab", name, check=False)
+    r = hpnlab("up", "--json")
+    res = json.loads(r.stdout)
+    assert res["ok"] is True
+    yield name
+    hpnlab("down", "--lab", name)
+    assert leftovers(name) == []
+
+
+def capture(lab, node, iface, bpf, count, timeout=6) -> list:
+    from scapy.utils import rdpcap
+
+    pcap = Path(f"/tmp/hpnlab-test-{lab}-{node}-{iface}.pcap")
+    try:
+        nsexec(lab, node, "timeout", str(timeout), "tcpdump", "-i", iface, "-c", str(count), "-w", str(pcap),
+               "-U", bpf, timeout=timeout + 5)
+        return list(rdpcap(str(pcap))) if pcap.exists() else []
+    finally:
+        pcap.unlink(missing_ok=True)
+
+
+# --- mechanisms on the wire ---------------------------------------------------------------------------
+def test_lacpdus_carry_virtual_mac_equal_keys_offset_ports(lab):
+    from scapy.contrib.lacp import LACP
+
+    got = {}
+    for iface in ("r0p0", "r0p1"):
+        pkts = capture(lab, "s0h1", iface, "ether proto 0x8809 and not ether src 02:00:00:00:00:02", 2)
+        tor_pdus = [p[LACP] for p in pkts if LACP in p]
+        assert tor_pdus, f"no LACPDU from the ToR on {iface}"
+        got[iface] = tor_pdus[-1]
+    a, b = got["r0p0"], got["r0p1"]
+    assert a.actor_system == b.actor_system == VMAC
+    assert a.actor_key == b.actor_key
+    # s0h1 is host index 1 -> physical port p = 2 on both ToRs; offsets 300 (a) and 600 (b)
+    assert (a.actor_port_number, b.actor_port_number) == (302, 602)
+    assert a.actor_state & 0x38 == 0x38 and b.actor_state & 0x38 == 0x38  # sync, collecting, distributing
+
+
+ARP_PROBE = """
+import sys
+from scapy.all import ARP, Ether, srp, conf
+conf.verb = 0
+iface, src_mac, src_ip, dst_ip = sys.argv[1:5]
+ans, _ = srp(Ether(src=src_mac, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=src_mac, psrc=src_ip, pdst=dst_ip),
+             iface=iface, timeout=2, retry=1)
+print(" ".join(r[ARP].hwsrc for _, r in ans))
+"""
+
+
+def test_arp_proxy_answers_with_virtual_mac_and_nothing_floods(lab):
+    # Watch the other host's ports while s0h0 asks for s0h1's address.
+    watchers = [subprocess.Popen(["ip", "netns", "exec", f"{lab}-s0h1", "timeout", "4", "tcpdump", "-n", "-l",
+                                  "-i", i, "arp and arp[14:4] = 0x0a000002"],  # ARP whose sender is 10.0.0.2
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                for i in ("r0p0", "r0p1")]
+    time.sleep(0.5)
+    mac = "02:00:00:00:00:00"  # s0h0 rail 0 NIC
+    r = nsexec(lab, "s0h0", sys.executable, "-c", ARP_PROBE, "r0p0", mac, "10.0.0.2", "10.0.0.3", timeout=20)
+    assert r.stdout.split() and set(r.stdout.split()) == {VMAC}, r.stdout + r.stderr
+    seen = "".join(w.communicate(timeout=10)[0] for w in watchers)
+    assert "10.0.0.3" not in seen, f"host s0h1 saw s0h0's ARP request:\n{seen}"
+
+
+def test_host_route_follows_arp_and_link(lab):
+    """Neighbour flushed -> /32 gone from plane 0; host ARPs -> back; link down -> gone; up -> back."""
+    host_ip = "10.0.0.3/32"  # s0h1 rail 0, port 0 on s0r0a (plane 0)
+    assert host_ip.split("/")[0] in routes(lab, "agg0-0")
+    nsexec(lab, "s0r0a", "ip", "neigh", "flush", "dev", "h1p0", check=True)
+    assert poll(lambda: "10.0.0.3" not in routes(lab, "agg0-0")), "/32 not withdrawn after neighbour flush"
+    assert "10.0.0.3" in routes(lab, "agg1-0"), "plane 1 keeps it via s0r0b"
+    nsexec(lab, "s0h1", sys.executable, "-c", ARP_PROBE, "r0p0", "02:00:00:00:00:02", "10.0.0.3", "10.0.0.1")
+    assert poll(lambda: "10.0.0.3" in routes(lab, "agg0-0")), "/32 not advertised after the host ARPed"
+    nsexec(lab, "s0h1", "ip", "link", "set", "r0p0", "down", check=True)
+    try:
+        assert poll(lambda: "10.0.0.3" not in routes(lab, "agg0-0"), timeout=3), "/32 not withdrawn on link down"
+        assert "10.0.0.0/24" in routes(lab, "agg0-0"), "the set's subnet stays"
+        host_routes = nsexec(lab, "s0h1", "ip", "route", "show", "10.0.2.0/24").stdout
+        assert "r0p0" not in host_routes and "r0p1" in host_routes, host_routes
+    finally:
+        nsexec(lab, "s0h1", "ip", "link", "set", "r0p0", "up", check=True)
+    assert poll(lambda: "10.0.0.3" in routes(lab, "agg0-0"), timeout=8), "/32 not back after link up"
+
+
+def test_status_and_exec(lab):
+    r = hpnlab("status", "--json")
+    st = json.loads(r.stdout)
+    assert st["healthy"] and len(st["nodes"]) == 16
+    r = hpnlab("exec", "s0r0a", "--", "vtysh", "-c", "show bgp summary json")
+    assert json.loads(r.stdout)["ipv4Unicast"]["peerCount"] == 2
+    r = hpnlab("exec", "nosuch", "--", "true", check=False)
+    assert r.returncode == 2 and "nosuch" in r.stderr
+
+
+def test_up_refuses_running_lab(lab):
+    r = hpnlab("up", check=False)
+    assert r.returncode == 1 and "already running" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_dead_agent_is_reported(lab):
+    state = json.loads(Path(f"/run/hpnlab/{lab}/state.json").read_text())
+    pid = state["agents"]["s1h1"]
+    os.kill(pid, signal.SIGKILL)
+    r = hpnlab("verify", "--json", check=False)
+    assert r.returncode == 1
+    bad = [c for c in json.loads(r.stdout) if not c["ok"]]
+    assert any(c["name"] == "agent s1h1" for c in bad), bad
+    assert hpnlab("status", check=False).returncode == 1
+
+
+# --- lifecycle ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec", ["single-tor.yml", "clos.yml"])
+def test_baselines_up_verify_down_beside_default(lab, spec):
+    """Each baseline comes up and verifies while the default lab runs: two labs side by side."""
+    name = {"single-tor.yml": "single", "clos.yml": "clos"}[spec]
+    hpnlab("down", "--lab", name, check=False)
+    try:
+        res = json.loads(hpnlab("up", str(EXAMPLES / spec), "--json").stdout)
+        assert res["ok"]
+        checks = json.loads(hpnlab("verify", "--lab", name, "--json").stdout)
+        assert all(c["ok"] for c in checks) and any(c["name"].startswith("reach") for c in checks)
+    finally:
+        hpnlab("down", "--lab", name)
+    assert leftovers(name) == []
+    assert leftovers(lab) == [] or Path(f"/run/hpnlab/{lab}").exists()  # the default lab is untouched
+
+
+def test_foreign_namespace_is_never_touched():
+    _need_lab_machine()
+    subprocess.run(["ip", "netns", "add", "hpnx-agg0-0"], check=True)
+    try:
+        spec = Path("/tmp/hpnlab-test-hpnx.yml")
+        spec.write_text((EXAMPLES / "default.yml").read_text().replace("name: hpn", "name: hpnx"))
+        r = hpnlab("up", str(spec), check=False)
+        assert r.returncode == 1 and "already exists" in r.stderr
+        ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert "hpnx-agg0-0" in ns and "hpnx-s0h0" not in ns
+        assert not Path("/run/hpnlab/hpnx").exists()
+    finally:
+        subprocess.run(["ip", "netns", "del", "hpnx-agg0-0"])
+
+
+def test_ctrl_c_during_up_rolls_back():
+    _need_lab_machine()
+    spec = Path("/tmp/hpnlab-test-intr.yml")
+    spec.write_text((EXAMPLES / "default.yml").read_text().replace("name: hpn", "name: intr"))
+    p = subprocess.Popen([*HPN, "up", str(spec)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    for line in p.stderr:
+        if "starting" in line and "agents" in line:
+            p.send_signal(signal.SIGINT)
+            break
+    p.communicate(timeout=60)
+    assert p.returncode == 130
+    assert leftovers("intr") == []
+
+
+def test_twenty_up_down_cycles_leave_nothing():
+    _need_lab_machine()
+    spec = Path("/tmp/hpnlab-test-cyc.yml")
+    spec.write_text("name: cyc\nsegments: 1\nhosts_per_segment: 2\nrails: 1\naggs_per_plane: 1\n")
+    for i in range(20):
+        r = hpnlab("up", str(spec), "--json", check=False)
+        assert r.returncode == 0, f"cycle {i}: {r.stderr[-2000:]}"
+        hpnlab("down", "--lab", "cyc")
+        assert leftovers("cyc") == [], f"cycle {i}"
+    assert hpnlab("down", "--lab", "cyc").returncode == 0  # idempotent
