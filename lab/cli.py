@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from lab import __version__
 from lab.errors import HpnlabError

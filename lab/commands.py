@@ -8,7 +8,6 @@ import os
 import shutil
 import sys
 import time
-from pathlib import Path
 
 from lab.errors import RuntimeFailure, SpecError
 from lab.runtime.base import Runtime, State, running_labs, state_dir

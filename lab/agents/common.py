@@ -5,6 +5,7 @@ Kept free of heavy imports (no pyroute2, no scapy) so the host agent stays small
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import select
@@ -139,3 +140,20 @@ def wait(fds: list[int], deadline: float) -> list[int]:
     timeout = max(0.0, min(deadline - time.monotonic(), 1.0))
     r, _, _ = select.select(fds, [], [], timeout)
     return r
+
+
+def agent_main(cls, doc: str, argv: list[str] | None = None) -> int:
+    """Shared entry point: ``python -m lab.agents.<role> NODE_JSON [--status FILE]``; SIGTERM calls stop()."""
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("config", help="the node's node.json from hpnlab generate")
+    ap.add_argument("--status", help="status file to rewrite every second (the agent's heartbeat)")
+    args = ap.parse_args(argv)
+    with open(args.config) as f:
+        cfg = json.load(f)
+    install_signal_handlers()
+    agent = cls(cfg, args.status)
+    try:
+        agent.run()
+    except Stop:
+        agent.stop()
+    return 0

@@ -12,14 +12,12 @@ Run inside the host's namespace: ``python -m lab.agents.host NODE_JSON [--status
 
 from __future__ import annotations
 
-import argparse
-import json
 import socket
 import subprocess
 import time
 
 from lab.agents import lacp
-from lab.agents.common import (LacpDriver, StatusFile, Stop, arp_request, carrier, install_signal_handlers, log,
+from lab.agents.common import (agent_main, LacpDriver, StatusFile, arp_request, carrier, log,
                                wait)
 
 RTMGRP_LINK = 0x1
@@ -130,21 +128,12 @@ class HostAgent:
                 self.status.write(self.snapshot(now))
                 last_status = now
 
+    def stop(self) -> None:
+        log("stopping")
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("config")
-    ap.add_argument("--status")
-    args = ap.parse_args(argv)
-    with open(args.config) as f:
-        cfg = json.load(f)
-    install_signal_handlers()
-    agent = HostAgent(cfg, args.status)
-    try:
-        agent.run()
-    except Stop:
-        log("stopping")
-    return 0
+    return agent_main(HostAgent, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,7 @@ Run inside the ToR's namespace: ``python -m lab.agents.tor NODE_JSON [--status F
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
-import json
 import os
 import queue
 import socket
@@ -22,7 +20,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from lab.agents import lacp
-from lab.agents.common import LacpDriver, StatusFile, Stop, carrier, iface_mac, install_signal_handlers, log, wait
+from lab.agents.common import agent_main, LacpDriver, StatusFile, carrier, iface_mac, log, wait
 
 RTMGRP_LINK, RTMGRP_NEIGH = 0x1, 0x4
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
@@ -188,22 +186,13 @@ class TorAgent:
                 self.status.write(self.snapshot(now))
                 last_status = now
 
+    def stop(self) -> None:
+        log("stopping: withdrawing host routes")
+        self.flush()
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("config")
-    ap.add_argument("--status")
-    args = ap.parse_args(argv)
-    with open(args.config) as f:
-        cfg = json.load(f)
-    install_signal_handlers()
-    agent = TorAgent(cfg, args.status)
-    try:
-        agent.run()
-    except Stop:
-        log("stopping: withdrawing host routes")
-        agent.flush()
-    return 0
+    return agent_main(TorAgent, __doc__, argv)
 
 
 if __name__ == "__main__":

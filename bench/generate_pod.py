@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""Benchmark: generate the paper's full 15K-GPU Pod (issue target: < 10 s, < 1 GB RSS on 2 cores).
+
+Runs `hpnlab generate` in a child process so its peak RSS is measured alone. Prints figures only.
+"""
+
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    spec = ROOT / "examples" / "hpn-pod-15k.yml"
+    runs = []
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(3):
+            t0 = time.monotonic()
+            subprocess.run([sys.executable, "-m", "lab.cli", "generate", str(spec), "--out", f"{d}/pod"],
+                           check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            runs.append(time.monotonic() - t0)
+        files = sum(1 for _ in Path(d, "pod").rglob("*") if _.is_file())
+        size = sum(p.stat().st_size for p in Path(d, "pod").rglob("*") if p.is_file())
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"full Pod (1920 hosts, 240 ToRs, 120 aggs, 45120 links): {files} files, {size / 1e6:.0f} MB")
+    print(f"wall time per generate: min {min(runs):.2f} s, max {max(runs):.2f} s (target < 10 s)")
+    print(f"peak RSS: {rss:.0f} MB (target < 1024 MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Benchmark (root): wall time from `hpnlab up` to verified, and memory per router and per agent.
+
+  sudo .venv/bin/python bench/lab_up.py [SPEC ...] [--runs N]
+
+Targets (issue 3): default lab <= 15 s; FRR daemons <= 50 MB RSS per router; host agent <= 25 MB.
+RSS counts shared pages once per process (an upper bound); PSS (shared pages split) is printed beside it.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def mem_kb(pid: int) -> tuple[int, int]:
+    rss = pss = 0
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1])
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1])
+    except OSError:
+        pass
+    return rss, pss
+
+
+def measure(spec: str | None, runs: int) -> None:
+    from lab.spec import load_spec
+
+    sp = load_spec(spec)
+    times = []
+    for i in range(runs):
+        argv = [sys.executable, "-m", "lab.cli", "up", "--json", "--timeout", "300"] + ([spec] if spec else [])
+        t0 = time.monotonic()
+        r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+        dt = time.monotonic() - t0
+        if r.returncode:
+            print(f"{sp.name}: up failed: {r.stderr.strip().splitlines()[-1]}")
+            return
+        times.append(dt)
+        if i == runs - 1:
+            state = json.loads(Path(f"/run/hpnlab/{sp.name}/state.json").read_text())
+            from lab.runtime.netns import NetnsRuntime
+
+            rt = NetnsRuntime(sp.name)
+            per_router: dict[str, list[int]] = {}
+            for pid, ns in rt.frr_pids().items():
+                r_, p_ = mem_kb(pid)
+                per_router.setdefault(ns, [0, 0])
+                per_router[ns][0] += r_
+                per_router[ns][1] += p_
+            topo = json.loads(Path(state["config"], "topology.json").read_text())
+            agents = {"host": [], "tor": []}
+            roles = {n["name"]: n["role"] for n in topo["nodes"]}
+            for node, pid in state["agents"].items():
+                agents[roles[node]].append(mem_kb(pid))
+            s = topo["summary"]
+            rr = [v[0] / 1024 for v in per_router.values()]
+            rp = [v[1] / 1024 for v in per_router.values()]
+            print(f"lab '{sp.name}': {len(topo['nodes'])} nodes ({s['hosts']} hosts, {s['tors']} ToRs, {s['aggs']} aggs), "
+                  f"{s['links']} links, {s['bgp_sessions']} BGP sessions")
+            print("  up -> verified: " + ", ".join(f"{t:.1f} s" for t in times))
+            print(f"  FRR per router (zebra+staticd+bgpd+bfdd): RSS max {max(rr):.1f} MB, PSS max {max(rp):.1f} MB")
+            for role, vals in agents.items():
+                if vals:
+                    print(f"  {role} agent: RSS max {max(v[0] for v in vals) / 1024:.1f} MB, "
+                          f"PSS max {max(v[1] for v in vals) / 1024:.1f} MB")
+        subprocess.run([sys.executable, "-m", "lab.cli", "down", "--lab", sp.name], cwd=ROOT,
+                       capture_output=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("specs", nargs="*")
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    for spec in a.specs or [None]:
+        measure(spec, a.runs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
