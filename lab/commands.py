@@ -61,9 +61,11 @@ def preflight(spec) -> None:
             raise RuntimeFailure(f"FRR not found ({FRR_BIN / d}): install Debian's frr (sudo ./bootstrap install)")
     if not shutil.which("vtysh"):
         raise RuntimeFailure("vtysh not found: install Debian's frr (sudo ./bootstrap install)")
-    if spec.host_driver == "bond":
-        raise RuntimeFailure("spec field 'host_driver': 'bond' is for containerlab on kernels with bonding; the "
-                             "namespace runtime runs the userspace LACP host agent: use 'auto' or 'userspace'")
+    from lab.nodesetup import bonding_available
+
+    if spec.host_driver == "bond" and not bonding_available():
+        raise RuntimeFailure("spec field 'host_driver': 'bond' needs kernel bonding, which this kernel lacks; "
+                             "use 'auto' or 'userspace' (the userspace LACP host agent)")
 
 
 def resolve_lab(args) -> str:

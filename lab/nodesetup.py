@@ -6,6 +6,9 @@ namespace (netns: ``ip netns exec``; containerlab: its /run/netns links) and tes
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 ARP_DUP_MARK = 0x4850  # "HP": set on the original and the copy so neither is duplicated again
 NFT_TABLE = "hpnlab"
 
@@ -87,3 +90,47 @@ def nft_ruleset(cfg: dict, driver: str = "userspace") -> str | None:
 
 def agent_module(cfg: dict) -> str | None:
     return {"tor": "lab.agents.tor", "host": "lab.agents.host"}.get(cfg["role"])
+
+
+def bonding_available() -> bool:
+    """Kernel bonding loaded or loadable (not on every kernel: this project's CI kernel has none)."""
+    if Path("/sys/module/bonding").exists():
+        return True
+    return any(Path(f"/lib/modules/{os.uname().release}/kernel/drivers/net/bonding").glob("bonding.ko*"))
+
+
+def host_driver(requested: str, bonding: bool) -> str:
+    """auto -> the production-faithful 802.3ad bond where the kernel has it, else the userspace agent."""
+    if requested == "auto":
+        return "bond" if bonding else "userspace"
+    return requested
+
+
+def parse_bonding(text: str) -> list[dict]:
+    """Per-slave partner details from /proc/net/bonding/<bond> (802.3ad mode)."""
+    slaves: list[dict] = []
+    cur: dict | None = None
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("Slave Interface:"):
+            cur = {"slave": line.split(":", 1)[1].strip()}
+            slaves.append(cur)
+            section = ""
+        elif cur is None:
+            continue
+        elif line.startswith("details partner lacp pdu"):
+            section = "partner"
+        elif line.startswith("details actor lacp pdu"):
+            section = "actor"
+        elif line.startswith("Aggregator ID:"):
+            cur["aggregator"] = int(line.split(":", 1)[1])
+        elif line.startswith("MII Status:"):
+            cur["mii"] = line.split(":", 1)[1].strip()
+        elif section == "partner" and line.startswith("system mac address:"):
+            cur["partner_system"] = line.split(":", 1)[1].strip().lower()
+        elif section == "partner" and line.startswith("port number:"):
+            cur["partner_port"] = int(line.split(":", 1)[1])
+        elif section == "partner" and line.startswith("oper key:"):
+            cur["partner_key"] = int(line.split(":", 1)[1])
+    return slaves

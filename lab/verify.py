@@ -27,11 +27,15 @@ def read_status(rt: Runtime, node: str) -> dict | None:
         return None
 
 
+def bonded(rt: Runtime, cfg: dict) -> bool:
+    return cfg["role"] == "host" and rt.state.data.get("host_driver") == "bond"
+
+
 def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     out = []
     now = time.time()
     for n, c in cfgs.items():
-        if c["role"] not in ("tor", "host"):
+        if c["role"] not in ("tor", "host") or bonded(rt, c):
             continue
         st = read_status(rt, n)
         pid = rt.state.data.get("agents", {}).get(n)
@@ -51,6 +55,9 @@ def check_lacp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     for n, c in cfgs.items():
         if c["role"] != "host" or not c["mechanisms"]["lacp"]:
             continue
+        if bonded(rt, c):
+            out.append(check_bond(rt, n, c))
+            continue
         st = read_status(rt, n) or {"nics": []}
         problems, parts = [], []
         for nic in st["nics"]:
@@ -69,6 +76,25 @@ def check_lacp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
                 problems.append(f"rail {nic['rail']}: both ToRs present port {ports[0]}")
         out.append(_check(f"lacp {n}", not problems and bool(parts), "; ".join(problems) or " ".join(parts)))
     return out
+
+
+def check_bond(rt: Runtime, node: str, cfg: dict) -> dict:
+    """Kernel 802.3ad host: both slaves in one aggregator whose partner is the shared virtual system."""
+    from lab.nodesetup import bond_name, parse_bonding
+
+    problems, parts = [], []
+    for nic in cfg["nics"]:
+        b = bond_name(nic["rail"])
+        slaves = parse_bonding(rt.run(node, ["cat", f"/proc/net/bonding/{b}"], check=False).stdout)
+        aggs = {s.get("aggregator") for s in slaves}
+        systems = {s.get("partner_system") for s in slaves}
+        ports = [s.get("partner_port") for s in slaves]
+        if len(slaves) != 2 or len(aggs) != 1 or len(systems) != 1 or len(set(ports)) != 2 \
+                or "00:00:00:00:00:00" in systems:
+            problems.append(f"{b}: slaves {slaves}")
+        else:
+            parts.append(f"{b}->{systems.pop()} ports {ports}")
+    return _check(f"lacp {node}", not problems, "; ".join(problems) or " ".join(parts))
 
 
 def check_bgp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:

@@ -51,3 +51,57 @@ def test_route_lines():
     one = route_lines(nic, ["r0p1"])
     assert one[1].endswith("via 10.0.0.1 dev r0p1 onlink")
     assert route_lines(nic, [])[0] == "route del 10.0.0.0/24"
+
+
+BONDING = """Ethernet Channel Bonding Driver: v6.1.0
+
+Bonding Mode: IEEE 802.3ad Dynamic link aggregation
+802.3ad info
+LACP active: on
+LACP rate: fast
+
+Slave Interface: r0p0
+MII Status: up
+Aggregator ID: 1
+details actor lacp pdu:
+    system priority: 65535
+    system mac address: 02:00:00:00:00:00
+    port key: 9
+    port priority: 255
+    port number: 1
+details partner lacp pdu:
+    system priority: 65535
+    system mac address: 00:00:5e:00:01:01
+    oper key: 1
+    port priority: 255
+    port number: 301
+    port state: 63
+
+Slave Interface: r0p1
+MII Status: up
+Aggregator ID: 1
+details actor lacp pdu:
+    system mac address: 02:00:00:00:00:00
+    port number: 2
+details partner lacp pdu:
+    system priority: 65535
+    system mac address: 00:00:5e:00:01:01
+    oper key: 1
+    port number: 601
+"""
+
+
+def test_parse_bonding_partner_details():
+    from lab.nodesetup import parse_bonding
+
+    s = parse_bonding(BONDING)
+    assert [(x["slave"], x["aggregator"], x["partner_system"], x["partner_port"]) for x in s] == [
+        ("r0p0", 1, "00:00:5e:00:01:01", 301), ("r0p1", 1, "00:00:5e:00:01:01", 601)]
+
+
+def test_host_driver_choice():
+    from lab.nodesetup import host_driver
+
+    assert host_driver("auto", bonding=False) == "userspace"
+    assert host_driver("auto", bonding=True) == "bond"
+    assert host_driver("userspace", bonding=True) == "userspace"

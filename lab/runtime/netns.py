@@ -62,6 +62,9 @@ class NetnsRuntime(Runtime):
             raise RuntimeFailure(f"network namespace '{sorted(taken)[0]}' already exists and is not this lab's: "
                                  f"remove it or choose another lab name")
         st.data.update({"runtime": self.name, "config": str(config_dir), "started": time.time()})
+        requested = next((c.get("driver", "auto") for c in cfgs.values() if c["role"] == "host"), "auto")
+        self.driver = nodesetup.host_driver(requested, nodesetup.bonding_available())
+        st.data["host_driver"] = self.driver
         st.data["netns"] = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists
         st.save()
         progress(f"creating {len(cfgs)} namespaces")
@@ -76,7 +79,9 @@ class NetnsRuntime(Runtime):
         routers = [n for n, c in cfgs.items() if c["role"] != "host"]
         progress(f"starting FRR on {len(routers)} routers")
         self._start_frr(routers, config_dir)
-        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c)]
+        # With kernel bonds the hosts need no agent: the bond speaks LACP and owns the routes.
+        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c)
+                  and not (c["role"] == "host" and self.driver == "bond")]
         progress(f"starting {len(agents)} agents")
         for n in agents:
             self.start_agent(n, cfgs[n])
@@ -84,9 +89,9 @@ class NetnsRuntime(Runtime):
     def _configure(self, node: str, cfg: dict) -> None:
         ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg).items()]
         self.run(node, ["sysctl", "-q", "-w", *ctl], what=f"{node}: sysctl")
-        run(["ip", "-n", self.netns(node), "-batch", "-"], input="\n".join(nodesetup.ip_batch(cfg)) + "\n",
-            what=f"{node}: addresses")
-        rules = nodesetup.nft_ruleset(cfg)
+        run(["ip", "-n", self.netns(node), "-batch", "-"],
+            input="\n".join(nodesetup.ip_batch(cfg, self.driver)) + "\n", what=f"{node}: addresses")
+        rules = nodesetup.nft_ruleset(cfg, self.driver)
         if rules:
             self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
 
