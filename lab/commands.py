@@ -265,7 +265,7 @@ def _node_argv(args, argv: list[str]) -> list[str]:
     if argv and argv[0] == "vtysh":
         if cfgs[args.node]["role"] == "host":
             raise SpecError(f"node '{args.node}' is a host: it runs no FRR")
-        return rt.vtysh_argv(args.node, []) + argv[1:] if len(argv) > 1 else rt.vtysh_argv(args.node, [])
+        return rt.vtysh_argv(args.node, []) + argv[1:]
     return rt.exec_argv(args.node, argv)
 
 
@@ -273,9 +273,7 @@ def exec_cmd(args) -> int:
     argv = [a for a in args.cmd if a != "--"] if args.cmd[:1] == ["--"] else args.cmd
     if not argv:
         raise SpecError("give a command after the node, e.g. hpnlab exec s0r0a -- vtysh -c 'show bgp summary'")
-    full = _node_argv(args, argv)
-    if full[0] == "vtysh":  # vtysh talks to the node's daemons through their sockets; no namespace needed
-        os.execvp(full[0], full)
+    full = _node_argv(args, argv)  # vtysh reaches the node's daemons through their sockets
     os.execvp(full[0], full)
     return 0
 

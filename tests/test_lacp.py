@@ -96,48 +96,33 @@ def test_carrier_loss_detaches_immediately():
     assert tor.mux == "detached" and not tor.distributing
 
 
-def test_host_selects_one_partner_system():
-    """Two ports whose partners differ in system MAC are not aggregated together (OVS behaves so too)."""
+def bond_pair(system_b):
+    """A host NIC's two ports against ToR a (virtual MAC) and ToR b (``system_b``), run to quiescence."""
     h0 = lacp.Port("r0p0", "02:00:00:00:00:01", "02:00:00:00:00:01", 1, 1)
     h1 = lacp.Port("r0p1", "02:00:00:00:00:01", "02:00:00:00:00:01", 1, 2)
-    t_a = lacp.Port("h0p0", VMAC, VMAC, 1, 301)
-    t_b = lacp.Port("h0p1", "02:aa:00:00:00:01", "02:aa:00:00:00:01", 1, 601)
+    t_a, t_b = lacp.Port("h0p0", VMAC, VMAC, 1, 301), lacp.Port("h0p1", system_b, system_b, 1, 601)
     for p in (h0, h1, t_a, t_b):
         p.set_enabled(True, 0)
     for _ in range(6):
         for h, t in ((h0, t_a), (h1, t_b)):
-            f = t.due(0)
-            if f:
-                h.receive(*lacp.decode(f), 0)
-            f = h.due(0)
-            if f:
-                t.receive(*lacp.decode(f), 0)
+            for src, dst in ((t, h), (h, t)):
+                f = src.due(0)
+                if f:
+                    dst.receive(*lacp.decode(f), 0)
         lacp.select([h0, h1])
         lacp.select_individual([t_a, t_b])
         for p in (h0, h1, t_a, t_b):
             p.tick(0)
-    assert sum(p.distributing for p in (h0, h1)) == 1
+    return h0, h1
+
+
+def test_host_selects_one_partner_system():
+    """Two ports whose partners differ in system MAC are not aggregated together (OVS behaves so too)."""
+    assert sum(p.distributing for p in bond_pair("02:aa:00:00:00:01")) == 1
 
 
 def test_same_virtual_system_aggregates_both_ports():
-    h0 = lacp.Port("r0p0", "02:00:00:00:00:01", "02:00:00:00:00:01", 1, 1)
-    h1 = lacp.Port("r0p1", "02:00:00:00:00:01", "02:00:00:00:00:01", 1, 2)
-    t_a, t_b = lacp.Port("h0p0", VMAC, VMAC, 1, 301), lacp.Port("h0p1", VMAC, VMAC, 1, 601)
-    for p in (h0, h1, t_a, t_b):
-        p.set_enabled(True, 0)
-    for _ in range(6):
-        for h, t in ((h0, t_a), (h1, t_b)):
-            f = t.due(0)
-            if f:
-                h.receive(*lacp.decode(f), 0)
-            f = h.due(0)
-            if f:
-                t.receive(*lacp.decode(f), 0)
-        lacp.select([h0, h1])
-        lacp.select_individual([t_a, t_b])
-        for p in (h0, h1, t_a, t_b):
-            p.tick(0)
-    assert h0.distributing and h1.distributing
+    assert all(p.distributing for p in bond_pair(VMAC))
 
 
 def test_periodic_fast_rate():
