@@ -104,7 +104,7 @@ def wait_healthy(rt: Runtime, cfgs: dict[str, dict], timeout: float, progress: P
     last = None
     while True:
         checks = verify.verify(rt, cfgs)
-        if verify.complete(checks, cfgs):
+        if verify.complete(checks):
             return checks
         failing = next(c for c in checks if not c["ok"])
         line = f"waiting: {sum(c['ok'] for c in checks)} checks ok; {failing['name']}: {failing['detail']}"
@@ -149,7 +149,7 @@ def up(args) -> int:
         raise
     from lab.verify import complete
 
-    ok = complete(checks, cfgs)
+    ok = complete(checks)
     if args.json:
         json.dump({"lab": lab, "ok": ok, "seconds": round(progress.elapsed, 2), "checks": checks}, sys.stdout,
                   indent=1)
@@ -193,7 +193,7 @@ def verify_cmd(args) -> int:
     rt = open_runtime(resolve_lab(args))
     cfgs = load_cfgs(rt)
     checks = verify.verify(rt, cfgs, stop_at_failure=False)
-    ok = verify.complete(checks, cfgs)
+    ok = verify.complete(checks)
     if args.json:
         json.dump(checks, sys.stdout, indent=1)
         print()
@@ -205,6 +205,7 @@ def verify_cmd(args) -> int:
 def status(args) -> int:
     from lab import verify
     from lab.runtime.base import pid_alive
+    from lab.runtime.netns import FRR_DAEMONS
 
     need_root("hpnlab status")
     lab = resolve_lab(args)
@@ -217,37 +218,42 @@ def status(args) -> int:
         return 1
     rt = open_runtime(lab)
     cfgs = load_cfgs(rt)
-    frr = {}
+    frr: dict[str, list[bool]] = {}
     if hasattr(rt, "frr_pids"):
         for pid, ns in rt.frr_pids().items():
             frr.setdefault(ns, []).append(pid_alive(pid))
     rows = []
     for n, c in cfgs.items():
-        row = {"node": n, "role": c["role"], "netns": rt.netns(n)}
+        row: dict = {"node": n, "role": c["role"], "netns": rt.netns(n)}
+        oks = []
         if c["role"] != "host":
-            alive = frr.get(rt.netns(n), [])
-            row["frr"] = f"{sum(alive)}/{len(alive)} daemons"
+            alive, want = frr.get(rt.netns(n), []), len(FRR_DAEMONS) - (0 if c["bfd"] else 1)
+            row["frr"] = f"{sum(alive)}/{want} daemons"
             bgp = verify.check_bgp(rt, {n: c})[0]
             row["bgp"] = bgp["detail"]
-        if c["role"] in ("tor", "host"):
-            ag = verify.check_agents(rt, {n: c})[0]
+            oks += [sum(alive) == want, bgp["ok"]]
+        for ag in verify.check_agents(rt, {n: c}):  # none for routers and kernel-bonded hosts
             row["agent"] = "ok" if ag["ok"] else ag["detail"]
-            st = verify.read_status(rt, n) or {}
-            if c["role"] == "tor":
-                ports = st.get("ports", [])
-                row["lacp"] = f"{sum(p['mux'] == 'collecting_distributing' for p in ports)}/{len(ports)} ports C/D"
-                row["host_routes"] = len(st.get("host_routes", {}))
-            else:
-                ports = [p for nic in st.get("nics", []) for p in nic["ports"]]
-                row["lacp"] = f"{sum(p['mux'] == 'collecting_distributing' for p in ports)}/{len(ports)} ports C/D"
+            oks.append(ag["ok"])
+        st = verify.read_status(rt, n) or {}
+        ports = st.get("ports", []) if c["role"] == "tor" else [p for nic in st.get("nics", []) for p in nic["ports"]]
+        if "agent" in row and c["mechanisms"]["lacp"]:
+            cd = sum(p["mux"] == "collecting_distributing" for p in ports)
+            row["lacp"] = f"{cd}/{len(ports)} ports C/D"
+            oks.append(bool(ports) and cd == len(ports))
+        if c["role"] == "tor":
+            row["host_routes"] = len(st.get("host_routes", {}))
+        row["ok"] = all(oks)
         rows.append(row)
-    healthy = all(r.get("agent", "ok") == "ok" and "0/" not in r.get("frr", "1/") for r in rows)
+    healthy = all(r["ok"] for r in rows)
     if args.json:
         json.dump({"lab": lab, "running": True, "runtime": rt.name, "healthy": healthy, "nodes": rows},
                   sys.stdout, indent=1)
         print()
         return 0 if healthy else 1
     cols = ["node", "role", "frr", "bgp", "agent", "lacp", "host_routes"]
+    for r in rows:
+        r["role"] = r["role"] if r["ok"] else f"{r['role']} !"
     widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in cols}
     print(f"lab '{lab}' ({rt.name} runtime)")
     print("  ".join(f"{k:<{widths[k]}}" for k in cols))

@@ -84,7 +84,7 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
                          "remote_subnets": [s for s in same_rail[nic.rail] if s != nic.subnet]}
                         for nic in node.nics]
         return base
-    base.update({"asn": node.asn, "router_id": node.router_id, "sysctls": ROUTER_SYSCTLS,
+    base.update({"asn": node.asn, "router_id": node.router_id, "sysctls": ROUTER_SYSCTLS, "bfd": spec.bfd.enabled,
                  "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] != "access"]})
     if node.role == "tor":
         base.update({

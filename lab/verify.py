@@ -193,6 +193,6 @@ def verify(rt: Runtime, cfgs: dict[str, dict], stop_at_failure: bool = True) -> 
     return checks
 
 
-def complete(checks: list[dict], cfgs: dict[str, dict]) -> bool:
+def complete(checks: list[dict]) -> bool:
     """All stages ran and passed."""
     return bool(checks) and all(c["ok"] for c in checks) and any(c["name"].startswith("reach") for c in checks)

@@ -48,12 +48,6 @@ class State:
         tmp.write_text(json.dumps(self.data, indent=1))
         os.replace(tmp, self.path)
 
-    def add(self, key: str, value) -> None:
-        self.data.setdefault(key, [])
-        if value not in self.data[key]:
-            self.data[key].append(value)
-        self.save()
-
 
 def pid_alive(pid: int) -> bool:
     try:

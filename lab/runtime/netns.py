@@ -78,7 +78,7 @@ class NetnsRuntime(Runtime):
             list(ex.map(lambda kv: self._configure(*kv), cfgs.items()))
         routers = [n for n, c in cfgs.items() if c["role"] != "host"]
         progress(f"starting FRR on {len(routers)} routers")
-        self._start_frr(routers, config_dir)
+        self._start_frr(routers, bfd=any(cfgs[n]["bfd"] for n in routers))
         # With kernel bonds the hosts need no agent: the bond speaks LACP and owns the routes.
         agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c)
                   and not (c["role"] == "host" and self.driver == "bond")]
@@ -95,16 +95,17 @@ class NetnsRuntime(Runtime):
         if rules:
             self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
 
-    def _start_frr(self, routers: list[str], config_dir: Path) -> None:
+    def _start_frr(self, routers: list[str], bfd: bool) -> None:
+        config_dir = self.config_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
         shutil.chown(self.log_dir, "frr", "frr")
+        self.state.data["frr_dirs"] = [str(self.frr_dir(n)) for n in routers]  # recorded once, before creation
+        self.state.save()
         for n in routers:
             d = self.frr_dir(n)
-            self.state.add("frr_dirs", str(d))
             d.mkdir(parents=True, exist_ok=True)
             shutil.chown(d, "frr", "frr")
         os.chmod(self.state.dir, 0o755)
-        bfd = any("bfd\n" in (config_dir / n / "frr.conf").read_text() for n in routers)
         for daemon in FRR_DAEMONS:
             if daemon == "bfdd" and not bfd:
                 continue
