@@ -20,6 +20,10 @@ examples:
   sudo hpnlab up                           bring the default lab up on network namespaces, verify it
   sudo hpnlab status --json                per-node health for scripts
   sudo hpnlab exec s0r0a -- vtysh -c 'show bgp summary'
+  sudo hpnlab probe paths s0h0 s1h0        which ToR/agg each source port takes (scapy TTL probes)
+  sudo hpnlab fail link-down s0h0 r0p0 --for 5
+  sudo hpnlab capture s0r0a h0p0 --duration 5
+  sudo hpnlab run experiments/link-failure.yml --out results/link-failure
   sudo hpnlab down                         remove everything the lab created
 """
 
@@ -113,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lab import commands
 
     commands.add_parsers(sub, _runtime_cmd)
+    from traffic import commands as traffic_commands
+
+    traffic_commands.add_parsers(sub, lambda fn: fn)
     return p
 
 

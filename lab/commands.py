@@ -117,21 +117,20 @@ def wait_healthy(rt: Runtime, cfgs: dict[str, dict], timeout: float, progress: P
 
 
 # --- commands ------------------------------------------------------------------------------------------
-def up(args) -> int:
+def bring_up(spec, runtime: str, timeout: float, progress: Progress, keep: bool = False) -> tuple[Runtime, dict, list]:
+    """Render, deploy and wait until healthy; roll everything back on error, Ctrl-C or (unless keep)
+    an unhealthy lab. Shared by ``up`` and ``run``."""
     from lab import render, topology
-    from lab.spec import load_spec
+    from lab.verify import complete
 
-    spec = load_spec(args.spec)
-    need_root("hpnlab up")
-    if args.runtime == "netns":
+    if runtime == "netns":
         preflight(spec)
     lab = spec.name
     if (state_dir(lab) / "state.json").exists():
         raise RuntimeFailure(f"lab '{lab}' is already running (or left over): 'hpnlab down --lab {lab}' first, "
                              f"or give the new lab another name")
-    progress = Progress(args.json)
     topo = topology.build(spec)
-    rt = runtime_class(args.runtime)(lab)
+    rt = runtime_class(runtime)(lab)
     try:
         rt.state.save()
         render.write(render.render(topo), rt.config_dir)
@@ -139,7 +138,7 @@ def up(args) -> int:
         rt.deploy(rt.config_dir, progress)
         cfgs = load_cfgs(rt)
         progress("waiting for LACP, BGP, host routes and reachability")
-        checks = wait_healthy(rt, cfgs, args.timeout, progress)
+        checks = wait_healthy(rt, cfgs, timeout, progress)
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             progress("interrupted: rolling back")
@@ -147,8 +146,21 @@ def up(args) -> int:
             progress(f"failed: rolling back ({e})")
         rt.destroy(progress)
         raise
+    if not complete(checks) and not keep:
+        progress("not healthy by the deadline: rolling back (use --keep to leave it up for debugging)")
+        rt.destroy(progress)
+    return rt, cfgs, checks
+
+
+def up(args) -> int:
+    from lab.spec import load_spec
     from lab.verify import complete
 
+    spec = load_spec(args.spec)
+    need_root("hpnlab up")
+    progress = Progress(args.json)
+    rt, cfgs, checks = bring_up(spec, args.runtime, args.timeout, progress, keep=args.keep)
+    lab = spec.name
     ok = complete(checks)
     if args.json:
         json.dump({"lab": lab, "ok": ok, "seconds": round(progress.elapsed, 2), "checks": checks}, sys.stdout,
@@ -158,9 +170,6 @@ def up(args) -> int:
         print_checks(checks)
     if not ok:
         failing = next(c for c in checks if not c["ok"])
-        if not args.keep:
-            progress("not healthy by the deadline: rolling back (use --keep to leave it up for debugging)")
-            rt.destroy(progress)
         raise RuntimeFailure(f"lab '{lab}' not healthy after {args.timeout:g} s: {failing['name']}: "
                              f"{failing['detail']}")
     progress(f"lab '{lab}' is up and verified in {progress.elapsed:.1f} s "

@@ -47,9 +47,9 @@ def ip_batch(cfg: dict, driver: str = "userspace") -> list[str]:
         if role == "tor":
             for hp in cfg["host_ports"]:
                 lines.append(f"address replace {cfg['gateway']}/32 dev {hp['iface']} scope link")
-            if cfg["mechanisms"]["host_routes"]:
-                # ARP-learned /32s forward at once from table 10, as a switch's host table does.
-                lines.append(f"rule add pref 100 lookup {cfg['table']}")
+            # ARP-learned /32s forward at once from table 10, as a switch's host table does
+            # (whether they are also advertised in BGP is mechanisms.host_routes).
+            lines.append(f"rule add pref 100 lookup {cfg['table']}")
         return lines
     for nic in cfg["nics"]:
         if driver == "bond":

@@ -70,7 +70,8 @@ class HostAgent:
         batch: list[str] = []
         for i, (nic, group) in enumerate(zip(self.nics, self.groups)):
             use = tuple(self.usable(group))
-            for ifc in use:
+            # Without the ARP broadcast module a host's ARP leaves one port only (the kernel picks one).
+            for ifc in use if self.mech["arp_duplication"] else use[:1]:
                 if ifc not in (self.applied[i] or ()) or now - self.last_arp.get(ifc, 0) >= ARP_REFRESH:
                     self.driver.send(ifc, arp_request(nic["mac"], nic["ip"], nic["gateway"]))
                     self.last_arp[ifc] = now

@@ -101,8 +101,8 @@ class TorAgent:
 
     # --- routes ----------------------------------------------------------------------------------
     def reconcile(self) -> None:
-        if not self.mech["host_routes"]:
-            return
+        # Always installed: this is the ToR's own host table. mechanisms.host_routes only decides
+        # whether FRR imports and advertises it (the frr.conf template).
         want = {ip: ifc for ip, ifc in self.neigh.items() if self.port_ok(ifc)}
         for ip, ifc in list(self.installed.items()):
             if want.get(ip) != ifc:

@@ -74,6 +74,7 @@ def kill_pids(pids: dict[int, Callable[[list[str]], bool]], timeout: float = 5.0
     ours = [pid for pid, match in pids.items() if pid_alive(pid) and match(cmdline(pid))]
     for pid in ours:
         try:
+            os.kill(pid, signal.SIGCONT)  # a hung-node fault may have stopped it; SIGTERM waits otherwise
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass

@@ -1,0 +1,183 @@
+"""Experiment files: a base lab spec, variants of it, probes, a workload, a fault timeline, a duration
+and repetitions. Loading validates everything up front (including that every fault names a real node
+and interface of its variant's lab), so a typo fails in a second with one line, not after a deploy.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lab.errors import SpecError
+from lab.spec import Spec, _field_path, parse_spec
+from traffic import faults as faultmod
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Probe(_Strict):
+    """Sequence-numbered UDP flows from one host to another on one rail."""
+    name: str
+    src: str
+    dst: str
+    rail: int = Field(0, ge=0)
+    flows: int = Field(16, ge=1, le=1024, description="5-tuples (source ports) so every ECMP path is covered")
+    rate: float = Field(250.0, gt=0, le=20000, description="packets/s per flow")
+    size: int = Field(64, ge=24, le=1400)
+
+
+class Workload(_Strict):
+    kind: Literal["none", "allreduce", "iperf3"] = "none"
+    rail: int = Field(0, ge=0)
+    hosts: list[str] | None = None  # allreduce ring order (default: every host)
+    size_kb: int = Field(1024, ge=1, le=1 << 20, description="bytes all-reduced per iteration")
+    connections: int = Field(4, ge=1, le=64)
+    select: Literal["one", "least-loaded"] = "least-loaded"
+    src: str | None = None  # iperf3 client
+    dst: str | None = None  # iperf3 server
+    streams: int = Field(4, ge=1, le=64)
+
+
+class Variant(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    description: str = ""
+    spec: dict[str, Any] = {}
+    probes: list[Probe] | None = None
+    workload: Workload | None = None
+    faults: list[dict[str, Any]] | None = None
+
+
+class ExperimentFile(_Strict):
+    name: str
+    description: str = ""
+    spec: str | None = None
+    duration: float = Field(10.0, ge=2, le=600)
+    repetitions: int = Field(1, ge=1, le=50)
+    lab_prefix: str = Field("xp", pattern=r"^[a-z][a-z0-9]{0,6}$")
+    probes: list[Probe] = []
+    workload: Workload = Workload()
+    faults: list[dict[str, Any]] = []
+    variants: list[Variant] = [Variant(name="default")]
+
+
+class Plan:
+    """One variant, fully resolved: its lab spec, node configs, probes, workload and faults."""
+
+    def __init__(self, name: str, description: str, spec: Spec, overrides: dict, cfgs: dict[str, dict],
+                 probes: list[Probe], workload: Workload, faults: list[faultmod.Fault]):
+        self.name, self.description, self.spec, self.overrides = name, description, spec, overrides
+        self.cfgs, self.probes, self.workload, self.faults = cfgs, probes, workload, faults
+
+    def host_ip(self, host: str, rail: int) -> str:
+        return next(n["ip"] for n in self.cfgs[host]["nics"] if n["rail"] == rail)
+
+    def ring(self) -> list[str]:
+        return self.workload.hosts or sorted(n for n, c in self.cfgs.items() if c["role"] == "host")
+
+
+class Experiment:
+    def __init__(self, path: Path, doc: ExperimentFile, plans: list[Plan]):
+        self.path, self.doc, self.plans = path, doc, plans
+
+    @property
+    def name(self) -> str:
+        return self.doc.name
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def node_configs(spec: Spec) -> dict[str, dict]:
+    """The node.json of every node, exactly as a deploy renders them (pure)."""
+    from lab import render, topology
+
+    files = render.render(topology.build(spec))
+    return {p.split("/")[0]: json.loads(t) for p, t in files.items() if p.endswith("/node.json")}
+
+
+def _check_hosts(where: str, names: list[str | None], cfgs: dict[str, dict], rail: int) -> None:
+    hosts = sorted(n for n, c in cfgs.items() if c["role"] == "host")
+    for n in names:
+        if n is None:
+            continue
+        if n not in hosts:
+            raise SpecError(f"{where}: '{n}' is not a host of this lab; hosts: {', '.join(hosts)}")
+        if not any(nic["rail"] == rail for nic in cfgs[n]["nics"]):
+            raise SpecError(f"{where}.rail: host {n} has no rail {rail}")
+
+
+def load(path: str | Path, only: list[str] | None = None, repetitions: int | None = None,
+         duration: float | None = None) -> Experiment:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"experiment file '{p}' not found (shipped ones are in {REPO / 'experiments'})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise SpecError(f"{p}: malformed YAML" + (f" at line {mark.line + 1}" if mark else "")) from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: top level must be a mapping with name, duration, probes, faults, variants")
+    try:
+        doc = ExperimentFile.model_validate(data)
+    except ValidationError as err:
+        e = err.errors(include_url=False)[0]
+        msg = "unknown key; remove it or check spelling" if e["type"] == "extra_forbidden" else e["msg"]
+        raise SpecError(f"{p}: experiment field '{_field_path(e['loc'])}': {msg}") from None
+    if repetitions is not None:
+        doc.repetitions = repetitions
+    if duration is not None:
+        doc.duration = duration
+    names = [v.name for v in doc.variants]
+    if len(set(names)) != len(names):
+        raise SpecError(f"{p}: experiment field 'variants': names must be unique (got {', '.join(names)})")
+    if only:
+        unknown = [v for v in only if v not in names]
+        if unknown:
+            raise SpecError(f"--variants: '{unknown[0]}' is not in {p.name}; it has {', '.join(names)}")
+    base_path = (p.parent / doc.spec) if doc.spec else REPO / "examples" / "default.yml"
+    try:
+        base = yaml.safe_load(base_path.read_text()) or {}
+    except FileNotFoundError:
+        raise SpecError(f"{p}: experiment field 'spec': '{doc.spec}' not found (relative to {p.parent})") from None
+    plans = []
+    for i, v in enumerate(doc.variants):
+        if only and v.name not in only:
+            continue
+        where = f"{p.name}: variants.{i} ({v.name})"
+        merged = _merge(base, v.spec)
+        merged["name"] = f"{doc.lab_prefix}{i}"
+        spec = parse_spec(merged, where + " spec")
+        cfgs = node_configs(spec)
+        probes = v.probes if v.probes is not None else doc.probes
+        workload = v.workload if v.workload is not None else doc.workload
+        for j, pr in enumerate(probes):
+            _check_hosts(f"{where} probes.{j}", [pr.src, pr.dst], cfgs, pr.rail)
+            if pr.src == pr.dst:
+                raise SpecError(f"{where} probes.{j}: src and dst are the same host")
+        if workload.kind == "allreduce":
+            _check_hosts(f"{where} workload.hosts", list(workload.hosts or []), cfgs, workload.rail)
+        if workload.kind == "iperf3":
+            if not workload.src or not workload.dst:
+                raise SpecError(f"{where} workload: iperf3 needs src and dst hosts")
+            _check_hosts(f"{where} workload", [workload.src, workload.dst], cfgs, workload.rail)
+        raw = v.faults if v.faults is not None else doc.faults
+        fl = [faultmod.parse(d, f"{where} faults.{j}", cfgs) for j, d in enumerate(raw)]
+        for j, f in enumerate(fl):
+            if f.at >= doc.duration or (f.until or 0) > doc.duration:
+                raise SpecError(f"{where} faults.{j}: at/until must lie within duration ({doc.duration:g} s)")
+        plans.append(Plan(v.name, v.description, spec, v.spec, cfgs, probes, workload, fl))
+    return Experiment(p, doc, plans)

@@ -1,0 +1,251 @@
+"""results.json, the printed summary table and the plot (training throughput and probe delivery over
+time, faults shaded, variants side by side)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from traffic import measure
+from traffic.experiment import Plan
+
+METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows", "converged_gap_ms",
+           "lost_after_repair_1s")
+
+
+# --- workload ------------------------------------------------------------------------------------------------
+def workload_of(plan: Plan, run_dir: Path) -> dict | None:
+    w = plan.workload
+    if w.kind == "allreduce":
+        reps = [json.loads(p.read_text()) for p in sorted(run_dir.glob("allreduce-*.json"))]
+        if not reps:
+            return None
+        r0 = min(reps, key=lambda r: r["rank"])
+        return {"kind": "allreduce", "select": w.select, "connections": r0["connections"], "ranks": r0["ranks"],
+                "bytes_per_iteration": r0["bytes_per_iteration"], "iterations": r0["iterations"],
+                "resent_segments": sum(r["resent_segments"] for r in reps),
+                "duplicate_segments": sum(r["duplicate_segments"] for r in reps)}
+    if w.kind == "iperf3":
+        try:
+            j = json.loads((run_dir / "iperf3.json").read_text())
+        except (OSError, ValueError):
+            return {"kind": "iperf3", "error": "no iperf3 report"}
+        start = j.get("start", {}).get("timestamp", {}).get("timesecs", 0)
+        return {"kind": "iperf3", "start": start, "error": j.get("error"),
+                "intervals": [(start + iv["sum"]["start"], start + iv["sum"]["end"], iv["sum"]["bits_per_second"])
+                              for iv in j.get("intervals", [])],
+                "retransmits": j.get("end", {}).get("sum_sent", {}).get("retransmits")}
+    return None
+
+
+def rate_series(w: dict | None, t0: float, bin_s: float = 0.25) -> list[tuple[float, float]]:
+    """(seconds since t0, rate): iterations/s for all-reduce, Gbit/s for iperf3."""
+    if not w:
+        return []
+    if w["kind"] == "allreduce":
+        its = w["iterations"]
+        if not its:
+            return []
+        n = int((max(its) - t0) / bin_s) + 1
+        counts = [0] * max(n, 1)
+        for t in its:
+            k = int((t - t0) / bin_s)
+            if 0 <= k < len(counts):
+                counts[k] += 1
+        return [(round((k + 0.5) * bin_s, 3), c / bin_s) for k, c in enumerate(counts)]
+    return [(round(b - t0, 3), bps / 1e9) for _a, b, bps in w.get("intervals", [])]
+
+
+def workload_window(w: dict | None, t0: float, base_end: float, start: float, end: float) -> dict:
+    """Throughput during a fault as % of the pre-fault baseline, and the longest halt."""
+    if not w:
+        return {}
+    if w["kind"] == "allreduce":
+        its = w["iterations"]
+        base = [t for t in its if t0 + 0.5 <= t < base_end]
+        base_rate = len(base) / max(1e-9, base_end - t0 - 0.5)
+        during = [t for t in its if start <= t < end]
+        rate = len(during) / max(1e-9, end - start)
+        marks = [start] + during + [end]
+        halt = max(b - a for a, b in zip(marks, marks[1:]))
+        return {"baseline_rate": round(base_rate, 2), "rate_during": round(rate, 2),
+                "throughput_pct": round(100 * rate / base_rate, 1) if base_rate else None,
+                "longest_halt_ms": round(halt * 1000, 1)}
+    iv = w.get("intervals", [])
+    base = [bps for a, b, bps in iv if a >= t0 + 0.5 and b <= base_end]
+    dur = [bps for a, b, bps in iv if a >= start and b <= end]
+    if not base or not dur:
+        return {}
+    b, d = sum(base) / len(base), sum(dur) / len(dur)
+    return {"baseline_gbps": round(b / 1e9, 3), "gbps_during": round(d / 1e9, 3),
+            "throughput_pct": round(100 * d / b, 1) if b else None}
+
+
+# --- one repetition ------------------------------------------------------------------------------------------
+def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flow]], senders: dict,
+                      receivers: dict, events: list[dict], workload: dict | None) -> dict:
+    t0, end_run = rep["t0"], rep["t0"] + rep["duration"]
+    tl = rep["timeline"]
+    first_fault = min((f["applied"] for f in tl), default=end_run)
+    faults = []
+    for k, f in enumerate(tl):
+        start = f["applied"]
+        stop = f.get("reverted") if f.get("until") is not None else None
+        nxt = [g["applied"] for g in tl[k + 1:] if g["applied"] > start]
+        window_end = min(nxt) if nxt else end_run
+        allflows = [fl for v in streams.values() for fl in v]
+        entry = {"fault": f["label"], "kind": f["kind"], "at": f["at"], "until": f["until"],
+                 "applied_s": round(start - t0, 3), "reverted_s": round(f["reverted"] - t0, 3) if f.get("reverted") else None,
+                 **measure.fault_metrics(allflows, start, stop, window_end),
+                 "streams": {name: measure.fault_metrics(v, start, stop, window_end) for name, v in streams.items()},
+                 "route_monitor": {
+                     "failure": measure.route_changes(events, start, stop or window_end),
+                     "repair": measure.route_changes(events, stop, window_end) if stop else {}}}
+        fail = entry["route_monitor"]["failure"]
+        entry["routes_first_ms"] = min((v["first_ms"] for v in fail.values()), default=None)
+        entry["routes_last_ms"] = max((v["last_ms"] for v in fail.values()), default=None)
+        entry["workload"] = workload_window(workload, t0, first_fault, start, stop or window_end)
+        faults.append(entry)
+    probes = {}
+    for name, v in streams.items():
+        tx = senders[name]
+        probes[name] = {**measure.totals(v), "src": tx["src"], "dst": tx["dst"], "flows": tx["flows"],
+                        "requested_pps": tx["requested_pps"], "achieved_pps": tx["achieved_pps"],
+                        "rate_error_pct": round(100 * (tx["achieved_pps"] - tx["requested_pps"]) / tx["requested_pps"], 2),
+                        "max_lag_ms": tx["max_lag_ms"],
+                        "series": measure.series(receivers[name], tx["src"], t0)}
+    return {"t0": t0, "faults": faults, "probes": probes,
+            "workload": {**({k: v for k, v in workload.items() if k not in ("iterations", "intervals")} if workload else {}),
+                         "series": rate_series(workload, t0),
+                         "baseline": workload_window(workload, t0, first_fault, t0 + 0.5, first_fault)
+                         if workload else {}},
+            "route_events": [{**e, "t": round(e["ts"] - t0, 4)} for e in events]}
+
+
+# --- across repetitions --------------------------------------------------------------------------------------
+def aggregate(runs: list[dict]) -> list[dict]:
+    """Per fault: median and max of every figure over the repetitions; recovered only if every run recovered."""
+    out = []
+    for k in range(max((len(r["faults"]) for r in runs), default=0)):
+        rows = [r["faults"][k] for r in runs if len(r["faults"]) > k]
+        e = {"fault": rows[0]["fault"], "kind": rows[0]["kind"], "at": rows[0]["at"], "until": rows[0]["until"],
+             "repetitions": len(rows), "recovered": all(x["recovered"] for x in rows)}
+        for m in METRICS + ("routes_first_ms", "routes_last_ms"):
+            e[m] = measure.summarise([x[m] for x in rows])
+        e["streams"] = {}
+        for s in rows[0]["streams"]:
+            e["streams"][s] = {m: measure.summarise([x["streams"][s][m] for x in rows]) for m in METRICS}
+            e["streams"][s]["recovered"] = all(x["streams"][s]["recovered"] for x in rows)
+        if rows[0]["workload"]:
+            e["workload"] = {m: measure.summarise([x["workload"].get(m) for x in rows])
+                             for m in ("throughput_pct", "longest_halt_ms")}
+        out.append(e)
+    return out
+
+
+def probe_rates(runs: list[dict]) -> dict:
+    errs = [abs(p["rate_error_pct"]) for r in runs for p in r["probes"].values()]
+    return {"max_rate_error_pct": max(errs, default=None),
+            "requested_pps": sorted({p["requested_pps"] for r in runs for p in r["probes"].values()})}
+
+
+# --- output --------------------------------------------------------------------------------------------------
+def _mm(d: dict | None, unit: str = "") -> str:
+    if not d or d.get("median") is None:
+        return "-"
+    return f"{d['median']:g}/{d['max']:g}{unit}"
+
+
+def summary_table(results: dict) -> str:
+    lines = [f"experiment {results['experiment']}: {results['repetitions']} repetition(s) x "
+             f"{results['duration']:g} s; figures are median/max over repetitions"]
+    hdr = ["variant", "fault", "stream", "longest gap ms", "lost", "flows hit", "black-holed", "converged ms",
+           "routes ms", "lost >1s after", "recovered", "workload %"]
+    rows: list[list[str]] = []
+    errors: list[str] = []
+    for vname, v in results["variants"].items():
+        if v.get("error"):
+            rows.append([vname, "FAILED", "(see below)"] + [""] * (len(hdr) - 3))
+            errors.append(f"{vname}: {v['error']}")
+        for f in v["faults"]:
+            wl = _mm(f.get("workload", {}).get("throughput_pct"))
+            rows.append([vname, f["fault"], "all", _mm(f["longest_gap_ms"]), _mm(f["lost_packets"]),
+                         _mm(f["flows_affected"]), _mm(f["blackholed_flows"]), _mm(f["converged_gap_ms"]),
+                         _mm(f["routes_last_ms"]), _mm(f["lost_after_repair_1s"]), "yes" if f["recovered"] else "NO", wl])
+            for s, m in f["streams"].items():
+                rows.append(["", "", s, _mm(m["longest_gap_ms"]), _mm(m["lost_packets"]), _mm(m["flows_affected"]),
+                             _mm(m["blackholed_flows"]), _mm(m["converged_gap_ms"]), "",
+                             _mm(m["lost_after_repair_1s"]), "yes" if m["recovered"] else "NO", ""])
+        if not v["faults"]:
+            rows.append([vname, "(no fault)", "all", "", str(sum(p["lost"] for r in v["runs"] for p in r["probes"].values())),
+                         "", "", "", "", "", "", ""])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(hdr)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(hdr, widths)))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines += [f"FAILED {e}" for e in errors]
+    pr = results.get("probe_rate", {})
+    if pr.get("max_rate_error_pct") is not None:
+        lines.append(f"probe senders: worst deviation from the requested rate {pr['max_rate_error_pct']:g} %")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> Path | None:
+    """One panel per variant: workload throughput (% of its baseline) and per-stream probe delivery
+    (% of the sent rate) over time, from the first repetition; faults shaded."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    variants = [(n, v) for n, v in results["variants"].items() if v.get("runs")]
+    if not variants:
+        return None
+    fig, axes = plt.subplots(len(variants), 1, figsize=(10, 2.6 * len(variants)), sharex=True, squeeze=False)
+    for ax, (name, v) in zip(axes[:, 0], variants):
+        run = v["runs"][0]
+        wl = run["workload"]
+        base = (wl.get("baseline") or {}).get("baseline_rate") or (wl.get("baseline") or {}).get("baseline_gbps")
+        if wl.get("series") and base:
+            xs, ys = zip(*wl["series"])
+            label = "all-reduce iterations" if wl.get("kind") == "allreduce" else "iperf3 throughput"
+            ax.plot(xs, [100 * y / base for y in ys], color="black", lw=1.8, label=f"{label} (% of baseline)")
+        for sname, p in run["probes"].items():
+            if not p["series"]:
+                continue
+            per_bin = p["requested_pps"]
+            xs, ys = _rebin([pt for pt in p["series"] if pt[0] < results["duration"] - 0.1], 0.1)
+            ax.plot(xs, [100 * y / per_bin for y in ys], lw=1, alpha=0.8, label=f"probe {sname} (% delivered)")
+        for f in run["faults"]:
+            a = f["applied_s"]
+            b = f["reverted_s"] if f["reverted_s"] is not None else results["duration"]
+            ax.axvspan(a, b, color="tab:red", alpha=0.12)
+            ax.text(a, 103, f["fault"], fontsize=7, color="tab:red", va="bottom")
+        ax.set_ylim(-5, 125)
+        ax.set_xlim(0, results["duration"])
+        ax.set_ylabel("%")
+        ax.set_title(f"{name}: {v.get('description', '')}"[:110], fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower left")
+    axes[-1, 0].set_xlabel("seconds since traffic start (shaded: fault active)")
+    fig.suptitle(f"hpnlab experiment {results['experiment']}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _rebin(series: list, width: float) -> tuple[list[float], list[float]]:
+    bins: dict[int, float] = {}
+    if not series:
+        return [], []
+    from traffic.probe import BIN_MS
+
+    step = BIN_MS / 1000  # the receiver's bins: rate * step = packets
+    for t, r in series:
+        k = int(t / width)
+        bins[k] = bins.get(k, 0.0) + r * step
+    lo, hi = min(bins), max(bins)
+    xs = [(k + 0.5) * width for k in range(lo, hi + 1)]
+    return xs, [bins.get(k, 0.0) / width for k in range(lo, hi + 1)]

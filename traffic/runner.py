@@ -1,0 +1,276 @@
+"""Runs an experiment: per variant bring a lab up, per repetition start route monitors, receivers, the
+workload and senders on a common start time, play the fault timeline, revert every fault (also on
+Ctrl-C or error), collect the reports, wait until the lab is healthy again; finally take the lab down.
+
+Everything runs in the lab's own namespaces through the runtime interface (``exec_argv``), so the same
+code drives the netns and containerlab runtimes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab.errors import RuntimeFailure
+from lab.runtime.base import Runtime, kill_pids
+from traffic import faults as faultmod
+from traffic import measure, routemon
+from traffic.experiment import Experiment, Plan
+
+PKG_ROOT = str(Path(__file__).resolve().parents[1])
+START_SLACK = 2.0  # seconds between launching the processes and t0 (all-reduce ring connects meanwhile)
+
+
+class Bar:
+    """One progress line on stderr (redrawn in place on a terminal, a line per phase otherwise)."""
+
+    def __init__(self, quiet: bool = False):
+        self.tty = sys.stderr.isatty() and not quiet
+        self.quiet = quiet
+        self.t0 = time.monotonic()
+        self.last = ""
+
+    def phase(self, msg: str) -> None:
+        if self.quiet:
+            return
+        if self.tty and self.last:
+            sys.stderr.write("\r\033[K")
+        print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+        self.last = ""
+
+    __call__ = phase
+
+    def bar(self, label: str, done: float, total: float, note: str = "") -> None:
+        if not self.tty:
+            return
+        n = int(30 * min(1.0, done / total)) if total else 30
+        line = f"{label} [{'#' * n}{'.' * (30 - n)}] {done:5.1f}/{total:g} s {note}"
+        if line != self.last:
+            sys.stderr.write("\r\033[K" + line[:150])
+            sys.stderr.flush()
+            self.last = line
+
+    def end_bar(self) -> None:
+        if self.tty and self.last:
+            sys.stderr.write("\n")
+            self.last = ""
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[dict]:
+    """Every process of one repetition as {node, argv, out, role} (pure: unit-tested without root)."""
+    py = sys.executable
+    procs = []
+    for i, pr in enumerate(plan.probes):
+        src, dst = plan.host_ip(pr.src, pr.rail), plan.host_ip(pr.dst, pr.rail)
+        port = 9000 + i
+        procs.append({"role": "receiver", "probe": pr.name, "node": pr.dst, "out": str(run_dir / f"probe-{i}.rx.json"),
+                      "argv": [py, "-m", "traffic.probe", "recv", "--bind", dst, "--port", str(port),
+                               "--duration", f"{duration + 1.5:g}", "--start-at", f"{t0:.3f}",
+                               "--out", str(run_dir / f"probe-{i}.rx.json")]})
+        procs.append({"role": "sender", "probe": pr.name, "node": pr.src, "out": str(run_dir / f"probe-{i}.tx.json"),
+                      "argv": [py, "-m", "traffic.probe", "send", "--src", src, "--dst", dst, "--dport", str(port),
+                               "--flows", str(pr.flows), "--rate", f"{pr.rate:g}", "--size", str(pr.size),
+                               "--sport-base", str(20000 + 1000 * i), "--duration", f"{duration:g}",
+                               "--start-at", f"{t0:.3f}", "--out", str(run_dir / f"probe-{i}.tx.json")]})
+    w = plan.workload
+    if w.kind == "allreduce":
+        ring = plan.ring()
+        addrs = ",".join(plan.host_ip(h, w.rail) for h in ring)
+        for rank, h in enumerate(ring):
+            out = str(run_dir / f"allreduce-{rank}.json")
+            procs.append({"role": "allreduce", "node": h, "out": out,
+                          "argv": [py, "-m", "traffic.allreduce", "--rank", str(rank), "--addrs", addrs,
+                                   "--size", str(w.size_kb * 1024), "--conns", str(w.connections),
+                                   "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
+                                   "--out", out]})
+    elif w.kind == "iperf3":
+        src, dst = plan.host_ip(w.src, w.rail), plan.host_ip(w.dst, w.rail)
+        procs.append({"role": "iperf3-server", "node": w.dst, "out": str(run_dir / "iperf3-server.json"),
+                      "argv": ["iperf3", "-s", "-1", "-B", dst, "-p", "5201", "-J"]})
+        procs.append({"role": "iperf3", "node": w.src, "out": str(run_dir / "iperf3.json"), "delay": START_SLACK,
+                      "argv": ["iperf3", "-c", dst, "-B", src, "-p", "5201", "-t", f"{duration:g}", "-i", "0.1",
+                               "-P", str(w.streams), "-J"]})
+    return procs
+
+
+class Repetition:
+    """One run of one variant on a running lab: processes, monitors and faults, all cleaned up."""
+
+    def __init__(self, rt: Runtime, plan: Plan, run_dir: Path, duration: float, bar: Bar, label: str):
+        self.rt, self.plan, self.dir, self.duration, self.bar, self.label = rt, plan, run_dir, duration, bar, label
+        self.procs: list[tuple[dict, subprocess.Popen]] = []
+        self.monitors: list[tuple[str, subprocess.Popen, Path]] = []
+        self.injector = faultmod.Injector(rt, plan.cfgs)
+        self.timeline: list[dict] = []
+
+    def _spawn(self, node: str, argv: list[str], out: Path | None) -> subprocess.Popen:
+        log = open(self.dir / "processes.log", "a")
+        try:
+            p = subprocess.Popen(self.rt.exec_argv(node, argv), stdout=open(out, "w") if out else log, stderr=log,
+                                 stdin=subprocess.DEVNULL, start_new_session=True, env=_env())
+        finally:
+            log.close()
+        return p
+
+    def run(self) -> dict:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._run()
+        finally:
+            self.cleanup()
+
+    def _run(self) -> dict:
+        routers = [n for n, c in self.plan.cfgs.items() if c["role"] != "host"]
+        for n in routers:
+            out = self.dir / f"routes-{n}.log"
+            self.monitors.append((n, routemon.start(self.rt, n, out), out))
+        t0 = time.time() + START_SLACK
+        plan = launch_plan(self.plan, self.dir, t0, self.duration)
+        delayed = []
+        for spec in plan:
+            if spec.get("delay"):
+                delayed.append(spec)
+                continue
+            # iperf3 -J prints its report on stdout; our own tools write --out themselves
+            out = Path(spec["out"]) if spec["role"].startswith("iperf3") else None
+            self.procs.append((spec, self._spawn(spec["node"], spec["argv"], out)))
+            if spec["role"] == "iperf3-server":
+                time.sleep(0.3)
+        pending = sorted(self.plan.faults, key=lambda f: f.at)
+        active: list[tuple[faultmod.Fault, dict]] = []
+        end = t0 + self.duration
+        while True:
+            now = time.time()
+            for spec in list(delayed):
+                if now >= t0:
+                    self.procs.append((spec, self._spawn(spec["node"], spec["argv"], Path(spec["out"]))))
+                    delayed.remove(spec)
+            while pending and now >= t0 + pending[0].at:
+                f = pending.pop(0)
+                rec = {"label": f.label, "kind": f.kind, "node": f.node, "iface": f.iface, "at": f.at, "until": f.until,
+                       "applied": time.time()}
+                self.injector.apply(f)
+                rec["applied_done"] = time.time()
+                self.timeline.append(rec)
+                active.append((f, rec))
+            for f, rec in list(active):
+                if f.until is not None and now >= t0 + f.until:
+                    rec["reverted"] = time.time()
+                    self.injector.revert(f)
+                    active.remove((f, rec))
+            if now >= end:
+                break
+            note = ", ".join(f.label for f, _ in active) or "no fault active"
+            self.bar.bar(self.label, max(0.0, now - t0), self.duration, note)
+            self._check_procs()
+            time.sleep(0.005)
+        for f, rec in active:  # faults that last to the end of the run
+            rec["reverted"] = time.time()
+            self.injector.revert(f)
+        self.bar.end_bar()
+        deadline = time.monotonic() + 20
+        for spec, p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise RuntimeFailure(f"{spec['role']} on {spec['node']} did not finish; see {self.dir / 'processes.log'}")
+        for spec, p in self.procs:
+            if p.returncode != 0 and not spec["role"].startswith("iperf3"):
+                raise RuntimeFailure(f"{spec['role']} on {spec['node']} exited {p.returncode}; "
+                                     f"see {self.dir / 'processes.log'}")
+        time.sleep(0.3)  # let the route monitors print the repair
+        return {"t0": t0, "duration": self.duration, "timeline": self.timeline, "procs": plan}
+
+    def _check_procs(self) -> None:
+        for spec, p in self.procs:
+            if p.poll() not in (None, 0) and not spec["role"].startswith("iperf3"):
+                raise RuntimeFailure(f"{spec['role']} on {spec['node']} exited {p.returncode} early; "
+                                     f"see {self.dir / 'processes.log'}")
+
+    def cleanup(self) -> None:
+        self.injector.revert_all()
+        self.bar.end_bar()
+        ours = {p.pid: (lambda c: True) for _s, p in self.procs if p.poll() is None}
+        ours.update({p.pid: (lambda c: True) for _n, p, _o in self.monitors if p.poll() is None})
+        if ours:
+            kill_pids(ours, timeout=3)
+        for _s, p in self.procs:
+            p.poll()
+        for _n, p, _o in self.monitors:
+            p.poll()
+
+
+def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
+    """Read every report of one repetition and compute the per-fault figures."""
+    from traffic import report
+
+    streams: dict[str, list[measure.Flow]] = {}
+    senders: dict[str, dict] = {}
+    receivers: dict[str, dict] = {}
+    for i, pr in enumerate(plan.probes):
+        tx = json.loads((run_dir / f"probe-{i}.tx.json").read_text())
+        rx = json.loads((run_dir / f"probe-{i}.rx.json").read_text())
+        streams[pr.name] = measure.flows_of(pr.name, tx, rx)
+        senders[pr.name], receivers[pr.name] = tx, rx
+    prefixes = {c["subnet"] for c in plan.cfgs.values() if c["role"] == "tor"} | \
+               {f"{nic['ip']}/32" for c in plan.cfgs.values() if c["role"] == "host" for nic in c["nics"]}
+    events = []
+    for f in sorted(run_dir.glob("routes-*.log")):
+        events += routemon.parse(f.read_text(), f.stem.removeprefix("routes-"), prefixes)
+    workload = report.workload_of(plan, run_dir)
+    return report.repetition_result(rep, plan, streams, senders, receivers, events, workload)
+
+
+def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: float = 120) -> dict:
+    """Every variant in turn; a variant that fails is reported as such and the others still run."""
+    from lab.commands import bring_up, wait_healthy
+    from lab.verify import complete
+    from traffic import report
+
+    out.mkdir(parents=True, exist_ok=True)
+    doc = exp.doc
+    results: dict = {"experiment": doc.name, "description": doc.description, "file": str(exp.path),
+                     "runtime": runtime, "repetitions": doc.repetitions, "duration": doc.duration,
+                     "started": time.time(), "variants": {}}
+    for vi, plan in enumerate(exp.plans):
+        v: dict = {"description": plan.description, "lab": plan.spec.name, "spec_overrides": plan.overrides,
+                   "access": plan.spec.access, "tier2": plan.spec.tier2,
+                   "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
+                   "faults_planned": [f.to_dict() for f in plan.faults], "runs": []}
+        results["variants"][plan.name] = v
+        bar.phase(f"variant {plan.name} ({vi + 1}/{len(exp.plans)}): bringing up lab '{plan.spec.name}'")
+        rt, cfgs, checks = bring_up(plan.spec, runtime, up_timeout, bar)
+        try:
+            if not complete(checks):
+                bad = next(c for c in checks if not c["ok"])
+                raise RuntimeFailure(f"lab not healthy: {bad['name']}: {bad['detail']}")
+            for k in range(doc.repetitions):
+                label = f"{plan.name} {k + 1}/{doc.repetitions}"
+                if k:
+                    checks = wait_healthy(rt, cfgs, 60, bar)
+                    if not complete(checks):
+                        bad = next(c for c in checks if not c["ok"])
+                        raise RuntimeFailure(f"lab did not recover before repetition {k + 1}: {bad['detail']}")
+                run_dir = out / "raw" / plan.name / f"rep{k + 1}"
+                bar.phase(f"{label}: running {doc.duration:g} s, faults: "
+                          f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
+                rep = Repetition(rt, plan, run_dir, doc.duration, bar, label).run()
+                v["runs"].append(collect(rep, plan, run_dir))
+        except RuntimeFailure as e:
+            v["error"] = str(e)
+            bar.phase(f"variant {plan.name} failed: {e}")
+        finally:
+            bar.phase(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
+            rt.destroy(bar)
+        v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+    results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
+    results["finished"] = time.time()
+    return results
