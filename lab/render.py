@@ -26,6 +26,7 @@ ROUTER_SYSCTLS = {
     "net.ipv4.conf.default.rp_filter": 0,
     "net.ipv4.fib_multipath_hash_policy": 1,
     "net.ipv4.conf.all.ignore_routes_with_linkdown": 1,
+    "net.ipv4.icmp_ratelimit": 0,  # TTL-limited path probes get every time-exceeded answer
 }
 HOST_SYSCTLS = {
     "net.ipv4.conf.all.rp_filter": 0,

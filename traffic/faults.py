@@ -24,7 +24,9 @@ KINDS = {
     "hang": "stop every process in the node (SIGSTOP: FRR, agent) and drop all its ingress; links stay up",
     "power-off": "every interface of the node down: all its peers lose carrier",
     "bgp-shutdown": "administratively shut the BGP session on node:iface (neighbor IFACE shutdown)",
+    "arp-flush": "age out a ToR's ARP entries on its host ports at once; relearned only from the hosts' next ARPs",
 }
+INSTANT = {"arp-flush"}  # nothing to revert
 LINK_KINDS = {"link-down", "link-flap", "one-way", "lacp-drop", "bgp-shutdown"}
 TABLE_PREFIX = "hpnlab_fault"
 
@@ -89,6 +91,8 @@ def parse(d: dict, where: str, cfgs: dict[str, dict] | None = None) -> Fault:
         for ifc in f.ifaces:
             if ifc not in ifaces:
                 raise SpecError(f"{where}.iface: '{ifc}' is not an interface of {node}; it has {', '.join(ifaces)}")
+        if kind == "arp-flush" and cfgs[node]["role"] != "tor":
+            raise SpecError(f"{where}.node: arp-flush ages a ToR's ARP table; {node} is a {cfgs[node]['role']}")
         if kind == "bgp-shutdown" and cfgs[node]["role"] == "host":
             raise SpecError(f"{where}.node: {node} is a host and runs no BGP; pick a ToR, agg or core")
     return f
@@ -122,6 +126,7 @@ class Injector:
         self.active: list[Fault] = []
         self._threads: list[tuple[threading.Thread, threading.Event]] = []
         self._n = 0
+        self.exclude: set[int] = set()  # our own measurement processes (route monitors) keep running
 
     # --- bookkeeping in state.json ---------------------------------------------------------------------
     def _record(self) -> None:
@@ -142,7 +147,7 @@ class Injector:
         if f.kind in ("one-way", "lacp-drop", "hang"):
             f.undo["nft"] = _nft_table(fid)
         if f.kind == "hang":
-            f.undo["stopped"] = [p for p in node_pids(self.rt, f.node)]
+            f.undo["stopped"] = [p for p in node_pids(self.rt, f.node) if p not in self.exclude]
         self._record()  # before it takes effect: a crash here still leaves the undo recipe
         if f.kind == "link-down":
             for ifc in f.ifaces:
@@ -166,6 +171,10 @@ class Injector:
                 _signal(pid, signal.SIGSTOP)
             rules = [(ifc, "ingress", "") for ifc in self._ifaces(f.node)]
             self.rt.run(f.node, ["nft", "-f", "-"], input=_nft_rules(f.undo["nft"], rules), what=f"{f.node}: hang")
+        elif f.kind == "arp-flush":
+            ports = [i["name"] for i in self.cfgs[f.node]["interfaces"] if i["kind"] == "access"]
+            for ifc in ports:
+                self.rt.run(f.node, ["ip", "neigh", "flush", "dev", ifc], what=f"{f.node}: neigh flush")
         elif f.kind == "bgp-shutdown":
             asn = self.cfgs[f.node]["asn"]
             run(self.rt.vtysh_argv(f.node, ["configure terminal", f"router bgp {asn}",

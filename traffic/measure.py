@@ -83,11 +83,9 @@ def fault_metrics(flows: list[Flow], start: float, end: float | None, window_end
                 else:
                     converged = max(converged, g.ms)
                 lost_after += g.lost_sent_after(end + 1.0)
-    if end is not None:
-        recovered = lost_after == 0 and all(
-            not any(g.end >= window_end - g.interval for g in fl.gaps) for fl in flows)
-    else:
-        recovered = all(not any(g.end >= window_end - g.interval for g in fl.gaps) for fl in flows)
+    # Recovered: no flow is still silent when the window closes (later faults' gaps do not count).
+    silent = any(g.start < window_end <= g.end + g.interval for fl in flows for g in fl.gaps)
+    recovered = not silent and (end is None or lost_after == 0)
     return {"longest_gap_ms": round(longest, 1), "lost_packets": lost, "flows_affected": len(affected),
             "flows": len(flows), "blackholed_flows": len(blackholed), "converged_gap_ms": round(converged, 1),
             "lost_after_repair_1s": lost_after if end is not None else None, "recovered": recovered,

@@ -132,6 +132,7 @@ class Repetition:
         for n in routers:
             out = self.dir / f"routes-{n}.log"
             self.monitors.append((n, routemon.start(self.rt, n, out), out))
+        self.injector.exclude = {p.pid for _n, p, _o in self.monitors}
         t0 = time.time() + START_SLACK
         plan = launch_plan(self.plan, self.dir, t0, self.duration)
         delayed = []

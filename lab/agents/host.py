@@ -21,7 +21,7 @@ from lab.agents.common import (agent_main, LacpDriver, StatusFile, arp_request, 
                                wait)
 
 RTMGRP_LINK = 0x1
-ARP_REFRESH = 20.0
+ARP_REFRESH = 1.0  # the host re-announces itself each second, so a ToR whose ARP entry aged out relearns it
 
 
 def route_lines(nic: dict, usable: list[str]) -> list[str]:
