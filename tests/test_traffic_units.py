@@ -66,6 +66,11 @@ def test_fault_metrics_separate_blackholed_from_converged_flows():
     assert m2["lost_after_repair_1s"] > 0 and m2["recovered"] is False
     tail = [measure.Flow("down", 0, 1000, 0, 0, 0, [measure.Gap(2.0, 9.004, 100, iv)])]
     assert measure.fault_metrics(tail, 2.0, None, 9.0)["recovered"] is False
+    # a black hole that begins only after the repair (a ToR back before its BGP is) is not "black-holed
+    # during the fault" but it is loss after the repair
+    post = [measure.Flow("up", 0, 1000, 700, 0, 0, [measure.Gap(6.01, 7.2, 296, iv)])]
+    m3 = measure.fault_metrics(post, 2.0, 6.0, 9.0)
+    assert m3["blackholed_flows"] == 0 and m3["lost_after_repair_1s"] > 0 and m3["recovered"] is False
     # a gap that starts after the window (a later fault) does not make this one unrecovered
     later = [measure.Flow("down", 0, 1000, 0, 0, 0, [measure.Gap(9.5, 12.0, 100, iv)])]
     assert measure.fault_metrics(later, 2.0, 6.0, 9.0)["recovered"] is True

@@ -43,15 +43,21 @@ def run_cmd(args) -> int:
         path = EXPERIMENTS / f"{args.experiment}.yml"
     only = [v for v in args.variants.split(",") if v] if args.variants else None
     exp = experiment.load(path, only, args.repetitions, args.duration)  # validates before anything runs
-    need_root("hpnlab run")
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()) and not (out / "results.json").exists():
+    if not args.reanalyse:
+        need_root("hpnlab run")
+    if not args.reanalyse and out.exists() and any(out.iterdir()) and not (out / "results.json").exists():
         raise SpecError(f"--out: '{out}' exists and is not an earlier hpnlab run (no results.json); "
                         f"give a new or empty directory")
-    bar = runner.Bar(quiet=args.json)
-    bar.phase(f"experiment {exp.name}: {len(exp.plans)} variant(s) x {exp.doc.repetitions} repetition(s) x "
-              f"{exp.doc.duration:g} s -> {out}")
-    results = runner.run_experiment(exp, out, args.runtime, bar)
+    if args.reanalyse:
+        if not (out / "results.json").exists():
+            raise SpecError(f"--reanalyse: no results.json in '{out}'; run the experiment first")
+        results = runner.reanalyse(exp, out)
+    else:
+        bar = runner.Bar(quiet=args.json)
+        bar.phase(f"experiment {exp.name}: {len(exp.plans)} variant(s) x {exp.doc.repetitions} repetition(s) x "
+                  f"{exp.doc.duration:g} s -> {out}")
+        results = runner.run_experiment(exp, out, args.runtime, bar)
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1))
     tmp.replace(out / "results.json")
@@ -221,6 +227,8 @@ def add_parsers(sub, wrap) -> None:
     r.add_argument("--variants", help="comma-separated subset of variants to run")
     r.add_argument("--runtime", default="netns", help="netns (default) or clab")
     r.add_argument("--json", action="store_true", help="print a JSON digest instead of the table")
+    r.add_argument("--reanalyse", action="store_true",
+                   help="recompute results.json, plot and summary from DIR/raw without running anything")
     r.set_defaults(func=wrap(run_cmd))
 
     f = sub.add_parser("fail", help="inject one fault into a running lab (reverted after --for, on Ctrl-C, or by --clear)",

@@ -78,7 +78,7 @@ def fault_metrics(flows: list[Flow], start: float, end: float | None, window_end
             longest = max(longest, g.ms)
             first_loss = g.start if first_loss is None else min(first_loss, g.start)
             if end is not None:
-                if g.end >= end - g.interval:
+                if g.start < end and g.end >= end - g.interval:  # silent from before the repair until it
                     blackholed.add((fl.stream, fl.flow))
                 else:
                     converged = max(converged, g.ms)
@@ -86,9 +86,13 @@ def fault_metrics(flows: list[Flow], start: float, end: float | None, window_end
     # Recovered: no flow is still silent when the window closes (later faults' gaps do not count).
     silent = any(g.start < window_end <= g.end + g.interval for fl in flows for g in fl.gaps)
     recovered = not silent and (end is None or lost_after == 0)
+    # How long after the repair the last black-holed flow delivered again.
+    after = [g.end - end for fl in flows for g in fl.gaps if end is not None and g.start < end <= g.end + g.interval]
     return {"longest_gap_ms": round(longest, 1), "lost_packets": lost, "flows_affected": len(affected),
             "flows": len(flows), "blackholed_flows": len(blackholed), "converged_gap_ms": round(converged, 1),
-            "lost_after_repair_1s": lost_after if end is not None else None, "recovered": recovered,
+            "lost_after_repair_1s": lost_after if end is not None else None,
+            "recovery_after_repair_ms": round(max(after) * 1000, 1) if after else (0.0 if end is not None else None),
+            "resumed": not silent, "recovered": recovered,
             "first_loss_s": round(first_loss - start, 3) if first_loss is not None else None}
 
 

@@ -10,7 +10,7 @@ from traffic import measure
 from traffic.experiment import Plan
 
 METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows", "converged_gap_ms",
-           "lost_after_repair_1s")
+           "lost_after_repair_1s", "recovery_after_repair_ms")
 
 
 # --- workload ------------------------------------------------------------------------------------------------

@@ -264,7 +264,13 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
                 bar.phase(f"{label}: running {doc.duration:g} s, faults: "
                           f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
                 rep = Repetition(rt, plan, run_dir, doc.duration, bar, label).run()
-                v["runs"].append(collect(rep, plan, run_dir))
+                (run_dir / "run.json").write_text(json.dumps(rep))  # timeline, for re-analysis of raw/
+                res = collect(rep, plan, run_dir)
+                if k:  # the plot shows the first repetition; later ones keep figures, not time series
+                    for pr in res["probes"].values():
+                        pr.pop("series", None)
+                    res["workload"].pop("series", None)
+                v["runs"].append(res)
         except RuntimeFailure as e:
             v["error"] = str(e)
             bar.phase(f"variant {plan.name} failed: {e}")
@@ -275,3 +281,29 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
     results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
     results["finished"] = time.time()
     return results
+
+
+def reanalyse(exp: Experiment, out: Path) -> dict:
+    """Recompute results from DIR/raw (each repetition's reports and run.json) without running anything."""
+    from traffic import report
+
+    old = json.loads((out / "results.json").read_text())
+    for plan in exp.plans:
+        v = old["variants"].get(plan.name)
+        if v is None:
+            continue
+        runs = []
+        for k, run_dir in enumerate(sorted((out / "raw" / plan.name).glob("rep*"), key=lambda d: int(d.name[3:]))):
+            if not (run_dir / "run.json").exists():
+                raise RuntimeFailure(f"{run_dir}: no run.json (written since hpnlab 0.1 runs); run the experiment again")
+            res = collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir)
+            if k:
+                for pr in res["probes"].values():
+                    pr.pop("series", None)
+                res["workload"].pop("series", None)
+            runs.append(res)
+        v["runs"] = runs
+        v["faults"] = report.aggregate(runs) if runs else []
+    old["probe_rate"] = report.probe_rates([r for v in old["variants"].values() for r in v["runs"]])
+    old["reanalysed"] = time.time()
+    return old
