@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
 
 from lab.errors import SpecError
@@ -242,11 +241,3 @@ def revert_state(rt: Runtime, cfgs: dict[str, dict]) -> int:
     rt.state.save()
     return len(recorded)
 
-
-def wait_for(pred, timeout: float, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return pred()

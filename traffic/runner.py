@@ -230,6 +230,15 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
     return report.repetition_result(rep, plan, streams, senders, receivers, events, workload)
 
 
+def _trim(res: dict, k: int) -> dict:
+    """The plot shows the first repetition; later ones keep their figures, not their time series."""
+    if k:
+        for pr in res["probes"].values():
+            pr.pop("series", None)
+        res["workload"].pop("series", None)
+    return res
+
+
 def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: float = 120) -> dict:
     """Every variant in turn; a variant that fails is reported as such and the others still run."""
     from lab.commands import bring_up, wait_healthy
@@ -265,12 +274,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
                           f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
                 rep = Repetition(rt, plan, run_dir, doc.duration, bar, label).run()
                 (run_dir / "run.json").write_text(json.dumps(rep))  # timeline, for re-analysis of raw/
-                res = collect(rep, plan, run_dir)
-                if k:  # the plot shows the first repetition; later ones keep figures, not time series
-                    for pr in res["probes"].values():
-                        pr.pop("series", None)
-                    res["workload"].pop("series", None)
-                v["runs"].append(res)
+                v["runs"].append(_trim(collect(rep, plan, run_dir), k))
         except RuntimeFailure as e:
             v["error"] = str(e)
             bar.phase(f"variant {plan.name} failed: {e}")
@@ -296,12 +300,7 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
         for k, run_dir in enumerate(sorted((out / "raw" / plan.name).glob("rep*"), key=lambda d: int(d.name[3:]))):
             if not (run_dir / "run.json").exists():
                 raise RuntimeFailure(f"{run_dir}: no run.json (written since hpnlab 0.1 runs); run the experiment again")
-            res = collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir)
-            if k:
-                for pr in res["probes"].values():
-                    pr.pop("series", None)
-                res["workload"].pop("series", None)
-            runs.append(res)
+            runs.append(_trim(collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir), k))
         v["runs"] = runs
         v["faults"] = report.aggregate(runs) if runs else []
     old["probe_rate"] = report.probe_rates([r for v in old["variants"].values() for r in v["runs"]])
