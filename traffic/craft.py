@@ -15,6 +15,7 @@ import argparse
 import json
 import socket
 import sys
+import threading
 import time
 
 
@@ -34,9 +35,11 @@ def paths(src: str, dst: str, gateway: str, sports: list[int], ifaces: list[str]
     scapy = _quiet_scapy()
     from scapy.layers.inet import ICMP, IP, UDPerror
 
-    sniffer = scapy.AsyncSniffer(iface=ifaces, filter="icmp", store=True)
+    ready = threading.Event()
+    sniffer = scapy.AsyncSniffer(iface=ifaces, filter="icmp", store=True, started_callback=ready.set)
     sniffer.start()
-    time.sleep(0.3)
+    if not ready.wait(5):
+        raise SystemExit("scapy sniffer did not start within 5 s")
     for sp in sports:
         for ttl in (1, 2):
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -123,7 +123,7 @@ class Injector:
         self.rt = rt
         self.cfgs = cfgs
         self.active: list[Fault] = []
-        self._threads: list[tuple[threading.Thread, threading.Event]] = []
+        self._threads: dict[int, tuple[threading.Thread, threading.Event]] = {}  # id(fault) -> flapper
         self._n = 0
         self.exclude: set[int] = set()  # our own measurement processes (route monitors) keep running
 
@@ -157,7 +157,7 @@ class Injector:
         elif f.kind == "link-flap":
             stop = threading.Event()
             t = threading.Thread(target=self._flap, args=(f, stop), daemon=True)
-            self._threads.append((t, stop))
+            self._threads[id(f)] = (t, stop)
             t.start()
         elif f.kind == "one-way":
             rules = [(ifc, "egress", "") for ifc in f.ifaces]
@@ -191,10 +191,10 @@ class Injector:
                 break
 
     def revert(self, f: Fault) -> None:
-        for t, stop in list(self._threads):
-            stop.set()
-            t.join(timeout=5)
-        self._threads.clear()
+        flapper = self._threads.pop(id(f), None)  # only this fault's thread: others keep flapping
+        if flapper:
+            flapper[1].set()
+            flapper[0].join(timeout=5)
         revert_recorded(self.rt, f.to_dict(), self.cfgs)
         if f in self.active:
             self.active.remove(f)

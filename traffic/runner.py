@@ -112,13 +112,10 @@ class Repetition:
         self.timeline: list[dict] = []
 
     def _spawn(self, node: str, argv: list[str], out: Path | None) -> subprocess.Popen:
-        log = open(self.dir / "processes.log", "a")
-        try:
-            p = subprocess.Popen(self.rt.exec_argv(node, argv), stdout=open(out, "w") if out else log, stderr=log,
-                                 stdin=subprocess.DEVNULL, start_new_session=True, env=_env())
-        finally:
-            log.close()
-        return p
+        with open(self.dir / "processes.log", "a") as log, open(out or os.devnull, "w") as stdout:
+            # the child holds its own copies; ours close here (no descriptor per process left open)
+            return subprocess.Popen(self.rt.exec_argv(node, argv), stdout=stdout if out else log, stderr=log,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, env=_env())
 
     def run(self) -> dict:
         self.dir.mkdir(parents=True, exist_ok=True)
