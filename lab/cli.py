@@ -18,6 +18,7 @@ examples:
   hpnlab generate examples/hpn-pod-15k.yml --out out/pod --summary
   hpnlab calc                              the paper's Table 1 and Table 2 from switch parameters
   sudo hpnlab up                           bring the default lab up on network namespaces, verify it
+  sudo hpnlab images build && sudo hpnlab up --runtime clab     the same lab on containerlab + Docker
   sudo hpnlab status --json                per-node health for scripts
   sudo hpnlab exec s0r0a -- vtysh -c 'show bgp summary'
   sudo hpnlab probe paths s0h0 s1h0        which ToR/agg each source port takes (scapy TTL probes)
@@ -120,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     from traffic import commands as traffic_commands
 
     traffic_commands.add_parsers(sub, lambda fn: fn)
+    from lab import images
+
+    images.add_parsers(sub, lambda fn: fn)
     return p
 
 

@@ -12,7 +12,7 @@ import time
 from lab.errors import RuntimeFailure, SpecError
 from lab.runtime.base import Runtime, State, running_labs, state_dir
 
-RUNTIMES = {"netns": "lab.runtime.netns:NetnsRuntime"}
+RUNTIMES = {"netns": "lab.runtime.netns:NetnsRuntime", "clab": "lab.runtime.clab:ClabRuntime"}
 
 
 def runtime_class(name: str):
@@ -125,6 +125,11 @@ def bring_up(spec, runtime: str, timeout: float, progress: Progress, keep: bool 
 
     if runtime == "netns":
         preflight(spec)
+    elif runtime == "clab":
+        from lab.render import IMAGES
+        from lab.runtime import clab
+
+        clab.preflight(IMAGES)
     lab = spec.name
     if (state_dir(lab) / "state.json").exists():
         raise RuntimeFailure(f"lab '{lab}' is already running (or left over): 'hpnlab down --lab {lab}' first, "
@@ -144,7 +149,10 @@ def bring_up(spec, runtime: str, timeout: float, progress: Progress, keep: bool 
             progress("interrupted: rolling back")
         else:
             progress(f"failed: rolling back ({e})")
-        rt.destroy(progress)
+        try:
+            rt.destroy(progress)
+        except RuntimeFailure as undo:  # report both; the first error is what the user must fix
+            progress(f"rollback incomplete: {undo}")
         raise
     if not complete(checks) and not keep:
         progress("not healthy by the deadline: rolling back (use --keep to leave it up for debugging)")
@@ -228,13 +236,16 @@ def status(args) -> int:
     rt = open_runtime(lab)
     cfgs = load_cfgs(rt)
     frr: dict[str, list[bool]] = {}
-    if hasattr(rt, "frr_pids"):
-        for pid, ns in rt.frr_pids().items():
-            frr.setdefault(ns, []).append(pid_alive(pid))
+    for pid, ns in rt.frr_pids().items():
+        frr.setdefault(ns, []).append(pid_alive(pid))
+    containers = rt.inspect() if rt.name == "clab" else None  # containerlab's own view of the nodes
     rows = []
     for n, c in cfgs.items():
         row: dict = {"node": n, "role": c["role"], "netns": rt.netns(n)}
         oks = []
+        if containers is not None:
+            row["container"] = containers.get(n, {}).get("state", "missing")
+            oks.append(row["container"] == "running")
         if c["role"] != "host":
             alive, want = frr.get(rt.netns(n), []), len(FRR_DAEMONS) - (0 if c["bfd"] else 1)
             row["frr"] = f"{sum(alive)}/{want} daemons"
@@ -260,7 +271,8 @@ def status(args) -> int:
                   sys.stdout, indent=1)
         print()
         return 0 if healthy else 1
-    cols = ["node", "role", "frr", "bgp", "agent", "lacp", "host_routes"]
+    cols = ["node", "role"] + (["container"] if containers is not None else []) + \
+        ["frr", "bgp", "agent", "lacp", "host_routes"]
     for r in rows:
         r["role"] = r["role"] if r["ok"] else f"{r['role']} !"
     widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in cols}
@@ -271,16 +283,21 @@ def status(args) -> int:
     return 0 if healthy else 1
 
 
-def _node_argv(args, argv: list[str]) -> list[str]:
-    need_root("hpnlab exec")
+def _open_node(args, what: str) -> tuple[Runtime, dict[str, dict]]:
+    need_root(what)
     rt = open_runtime(resolve_lab(args))
     cfgs = load_cfgs(rt)
     if args.node not in cfgs:
         raise SpecError(f"node '{args.node}' is not in lab '{rt.lab}'; nodes: {', '.join(sorted(cfgs))}")
+    return rt, cfgs
+
+
+def _node_argv(args, argv: list[str]) -> list[str]:
+    rt, cfgs = _open_node(args, "hpnlab exec")
     if argv and argv[0] == "vtysh":
         if cfgs[args.node]["role"] == "host":
             raise SpecError(f"node '{args.node}' is a host: it runs no FRR")
-        return rt.vtysh_argv(args.node, []) + argv[1:]
+        return rt.vtysh_argv(args.node, [], tty=sys.stdin.isatty()) + argv[1:]
     return rt.exec_argv(args.node, argv)
 
 
@@ -294,8 +311,8 @@ def exec_cmd(args) -> int:
 
 
 def shell(args) -> int:
-    sh = os.environ.get("SHELL", "/bin/bash")
-    full = _node_argv(args, [sh])
+    rt, _ = _open_node(args, "hpnlab shell")
+    full = rt.shell_argv(args.node, os.environ.get("SHELL", "/bin/bash"))
     os.environ["PS1"] = f"[{args.node}] \\w# "
     print(f"shell in node {args.node} (exit to leave)", file=sys.stderr)
     os.execvp(full[0], full)
@@ -309,7 +326,8 @@ def add_parsers(sub, wrap) -> None:
                                    "Any error or Ctrl-C rolls everything back.")
     u.add_argument("spec", nargs="?", help="lab spec YAML (default: examples/default.yml)")
     u.add_argument("--runtime", default="netns", choices=sorted(RUNTIMES),
-                   help="netns (default, no Docker) or clab (containerlab)")
+                   help="netns (default: network namespaces, no Docker) or clab (containerlab + Docker, images "
+                        "from 'hpnlab images build'; HPNLAB_CLAB_TIMEOUT bounds the deploy, default 600 s)")
     u.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
     u.add_argument("--keep", action="store_true", help="leave an unhealthy lab up for debugging")
     u.add_argument("--json", action="store_true", help="print the verify result as JSON")

@@ -22,6 +22,9 @@ IMAGES = {"router": f"hpnlab/router:{__version__}", "host": f"hpnlab/host:{__ver
 ROUTER_SYSCTLS = {
     "net.ipv4.ip_forward": 1,
     "net.ipv6.conf.all.forwarding": 1,
+    # BGP peers over IPv6 link-local (unnumbered); Docker starts containers with IPv6 disabled.
+    "net.ipv6.conf.all.disable_ipv6": 0,
+    "net.ipv6.conf.default.disable_ipv6": 0,
     "net.ipv4.conf.all.rp_filter": 0,
     "net.ipv4.conf.default.rp_filter": 0,
     "net.ipv4.fib_multipath_hash_policy": 1,
@@ -121,7 +124,8 @@ def render(topo: Topology) -> dict[str, str]:
         files[f"{node.name}/daemons"] = daemons.render(ctx)
     summ = summary(topo)
     files[f"{topo.name}.clab.yml"] = env.get_template("clab/topology.clab.yml.j2").render(
-        topo=topo, summary=summ, images=IMAGES, version=__version__)
+        topo=topo, summary=summ, images=IMAGES, version=__version__,
+        sysctls={"router": ROUTER_SYSCTLS, "host": HOST_SYSCTLS})
     files["topology.json"] = json.dumps(topo.to_dict(), indent=1) + "\n"
     files["fabric.svg"] = fabric_svg(topo)
     return files

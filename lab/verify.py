@@ -22,7 +22,7 @@ def _check(name: str, ok: bool, detail: str) -> dict:
 
 def read_status(rt: Runtime, node: str) -> dict | None:
     try:
-        return json.loads((rt.status_dir / f"{node}.json").read_text())
+        return json.loads(rt.status_path(node).read_text())
     except (OSError, ValueError):
         return None
 
@@ -38,10 +38,9 @@ def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
         if c["role"] not in ("tor", "host") or bonded(rt, c):
             continue
         st = read_status(rt, n)
-        pid = rt.state.data.get("agents", {}).get(n)
-        alive = pid is not None and pid_alive(int(pid))
-        if not alive:
-            out.append(_check(f"agent {n}", False, f"agent process {pid} is not running (see logs/{n}.agent.log)"))
+        pid = rt.agent_pid(n)
+        if pid is None or not pid_alive(pid):
+            out.append(_check(f"agent {n}", False, f"agent process {pid} is not running (see {rt.agent_log(n)})"))
         elif st is None or now - st["time"] > HEARTBEAT_MAX_AGE:
             age = "never" if st is None else f"{now - st['time']:.1f} s ago"
             out.append(_check(f"agent {n}", False, f"no heartbeat (last {age})"))

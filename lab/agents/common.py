@@ -147,7 +147,13 @@ def agent_main(cls, doc: str, argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("config", help="the node's node.json from hpnlab generate")
     ap.add_argument("--status", help="status file to rewrite every second (the agent's heartbeat)")
+    ap.add_argument("--log", help="append stdout and stderr here (for `docker exec -d`, which discards them)")
     args = ap.parse_args(argv)
+    if args.log:
+        fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     with open(args.config) as f:
         cfg = json.load(f)
     install_signal_handlers()

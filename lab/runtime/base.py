@@ -129,8 +129,26 @@ class Runtime:
     def destroy(self, progress: Progress) -> None:
         raise NotImplementedError
 
-    def vtysh_argv(self, node: str, commands: list[str]) -> list[str]:
+    def vtysh_argv(self, node: str, commands: list[str], tty: bool = False) -> list[str]:
         raise NotImplementedError
+
+    def frr_pids(self) -> dict[int, str]:
+        """Running FRR daemons: pid -> the namespace they serve (for `status`)."""
+        raise NotImplementedError
+
+    def agent_pid(self, node: str) -> int | None:
+        pid = self.state.data.get("agents", {}).get(node)
+        return int(pid) if pid is not None else None
+
+    def status_path(self, node: str) -> Path:
+        """The agent's heartbeat/status file as seen from this machine."""
+        return self.status_dir / f"{node}.json"
+
+    def agent_log(self, node: str) -> Path:
+        return self.log_dir / f"{node}.agent.log"
+
+    def shell_argv(self, node: str, shell: str) -> list[str]:
+        return self.exec_argv(node, [shell])
 
     # --- shared ------------------------------------------------------------------------------
     def exec_argv(self, node: str, argv: list[str]) -> list[str]:
@@ -148,6 +166,23 @@ class Runtime:
             return json.loads(r.stdout or "null")
         except ValueError:
             return None
+
+    def configure_node(self, node: str, cfg: dict, driver: str) -> None:
+        """The same plan on every runtime: sysctls, addresses/bonds, nftables, applied from outside
+        through the node's namespace (so a container needs no tools or capabilities for it)."""
+        from lab import nodesetup
+
+        ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg).items()]
+        self.run(node, ["sysctl", "-q", "-w", *ctl], what=f"{node}: sysctl")
+        run(["ip", "-n", self.netns(node), "-batch", "-"],
+            input="\n".join(nodesetup.ip_batch(cfg, driver)) + "\n", what=f"{node}: addresses")
+        rules = nodesetup.nft_ruleset(cfg, driver)
+        if rules:
+            self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
+
+    def netns_pids(self, node: str) -> list[int]:
+        r = run(["ip", "netns", "pids", self.netns(node)], check=False)
+        return [int(p) for p in r.stdout.split() if p.isdigit()]
 
     @property
     def config_dir(self) -> Path:

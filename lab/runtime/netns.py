@@ -47,7 +47,7 @@ class NetnsRuntime(Runtime):
     def frr_dir(self, node: str) -> Path:
         return FRR_RUN / self.netns(node)
 
-    def vtysh_argv(self, node: str, commands: list[str]) -> list[str]:
+    def vtysh_argv(self, node: str, commands: list[str], tty: bool = False) -> list[str]:
         argv = ["vtysh", "--vty_socket", str(self.frr_dir(node))]
         for c in commands:
             argv += ["-c", c]
@@ -75,7 +75,7 @@ class NetnsRuntime(Runtime):
             what="creating veth links", timeout=300)
         progress("configuring nodes (sysctls, addresses, nftables)")
         with ThreadPoolExecutor(max_workers=8) as ex:
-            list(ex.map(lambda kv: self._configure(*kv), cfgs.items()))
+            list(ex.map(lambda kv: self.configure_node(*kv, self.driver), cfgs.items()))
         routers = [n for n, c in cfgs.items() if c["role"] != "host"]
         progress(f"starting FRR on {len(routers)} routers")
         self._start_frr(routers, bfd=any(cfgs[n]["bfd"] for n in routers))
@@ -85,15 +85,6 @@ class NetnsRuntime(Runtime):
         progress(f"starting {len(agents)} agents")
         for n in agents:
             self.start_agent(n, cfgs[n])
-
-    def _configure(self, node: str, cfg: dict) -> None:
-        ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg).items()]
-        self.run(node, ["sysctl", "-q", "-w", *ctl], what=f"{node}: sysctl")
-        run(["ip", "-n", self.netns(node), "-batch", "-"],
-            input="\n".join(nodesetup.ip_batch(cfg, self.driver)) + "\n", what=f"{node}: addresses")
-        rules = nodesetup.nft_ruleset(cfg, self.driver)
-        if rules:
-            self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
 
     def _start_frr(self, routers: list[str], bfd: bool) -> None:
         config_dir = self.config_dir
@@ -134,8 +125,8 @@ class NetnsRuntime(Runtime):
         self.status_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", nodesetup.agent_module(cfg), str(self.config_dir / node / "node.json"),
-                "--status", str(self.status_dir / f"{node}.json")]
-        log = open(self.log_dir / f"{node}.agent.log", "a")
+                "--status", str(self.status_path(node))]
+        log = open(self.agent_log(node), "a")
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         p = subprocess.Popen(self.exec_argv(node, argv), stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True, env=env)

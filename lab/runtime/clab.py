@@ -1,0 +1,251 @@
+"""The containerlab runtime: containerlab creates the containers and veths from the generated
+``<lab>.clab.yml``; everything after that is the namespace runtime's plan, applied through the
+containers' namespaces (containerlab links them as /run/netns/clab-<lab>-<node>), with FRR and the
+agents started inside the containers by ``docker exec``.
+
+containerlab and docker are only ever called here, through subprocess without a shell, with timeouts,
+and their own error line is shown when they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from lab import nodesetup
+from lab.errors import RuntimeFailure
+from lab.runtime.base import Progress, Runtime, cmdline, kill_pids, run
+from lab.runtime.netns import FRR_DAEMONS
+
+CLAB = "containerlab"
+DOCKER = "docker"
+DESTROY_TIMEOUT = 300.0
+INSPECT_TIMEOUT = 60.0
+# Inside the containers (see templates/clab and docker/): where a node's run directory is bound.
+NODE_JSON = "/etc/hpnlab/node.json"
+NODE_RUN = "/run/hpnlab"
+INSTALL = "install it (https://containerlab.dev/install/: bash -c \"$(curl -sL https://get.containerlab.dev)\")"
+NETNS_HINT = "or use '--runtime netns', which needs no Docker"
+
+
+def deploy_timeout() -> float:
+    """Seconds containerlab deploy may take (HPNLAB_CLAB_TIMEOUT; large labs pull and start many containers)."""
+    try:
+        return float(os.environ.get("HPNLAB_CLAB_TIMEOUT", "600"))
+    except ValueError:
+        raise RuntimeFailure("HPNLAB_CLAB_TIMEOUT must be a number of seconds, e.g. 600") from None
+
+
+def preflight(images: dict[str, str]) -> None:
+    """Everything the clab runtime calls, checked before anything is created."""
+    if not shutil.which(CLAB):
+        raise RuntimeFailure(f"containerlab not found: {INSTALL}, {NETNS_HINT}")
+    if not shutil.which(DOCKER):
+        raise RuntimeFailure(f"docker not found: install Docker (Debian: apt-get install docker.io), {NETNS_HINT}")
+    for tool, pkg in (("ip", "iproute2"), ("nft", "nftables"), ("sysctl", "procps")):
+        if not shutil.which(tool):
+            raise RuntimeFailure(f"'{tool}' not found: install Debian's {pkg} (sudo ./bootstrap install)")
+    r = run([DOCKER, "info", "--format", "{{.ServerVersion}}"], check=False, timeout=30, what="docker info")
+    if r.returncode != 0:
+        raise RuntimeFailure(f"the Docker engine is not reachable ({(r.stderr.strip().splitlines() or ['?'])[-1]}): "
+                             f"start it (systemctl start docker), {NETNS_HINT}")
+    for role, image in images.items():
+        if run([DOCKER, "image", "inspect", image], check=False, timeout=30).returncode != 0:
+            raise RuntimeFailure(f"{role} image '{image}' not found: build it with 'hpnlab images build'")
+
+
+def container(lab: str, node: str) -> str:
+    """containerlab's default name for a node's container, and for its namespace link."""
+    return f"clab-{lab}-{node}"
+
+
+def parse_inspect(text: str, lab: str) -> dict[str, dict]:
+    """``containerlab inspect --format json`` -> node -> its container row.
+
+    Accepts every shape containerlab has printed: a bare list (early releases), ``{"containers": [...]}``
+    (up to 0.5x) and ``{"<lab>": [...]}`` (later). Anything else is an error naming what was wrong.
+    """
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError as e:
+        raise RuntimeFailure(f"containerlab inspect printed no valid JSON ({e}): check 'containerlab version' "
+                             f"(hpnlab reads the JSON of containerlab 0.x releases)") from None
+    if isinstance(data, list):
+        rows = data
+    elif isinstance(data, dict) and "containers" in data:
+        rows = data["containers"]
+    elif isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
+        rows = [r for v in data.values() for r in v]  # {"<lab>": [...]}, one key per lab
+    else:
+        raise RuntimeFailure("containerlab inspect JSON has neither a 'containers' list nor lab-name keys")
+    if rows is None:
+        rows = []
+    if not isinstance(rows, list):
+        raise RuntimeFailure("containerlab inspect JSON: the container list is not a list")
+    prefix = container(lab, "")
+    out: dict[str, dict] = {}
+    for r in rows:
+        if not isinstance(r, dict) or not isinstance(r.get("name"), str):
+            raise RuntimeFailure("containerlab inspect JSON: a container entry has no 'name'")
+        if r.get("lab_name", lab) != lab or not r["name"].startswith(prefix):
+            continue  # another lab's container
+        out[r["name"][len(prefix):]] = {"container": r["name"], "state": str(r.get("state", "?")),
+                                        "image": r.get("image", ""), "id": r.get("container_id", "")}
+    return out
+
+
+class ClabRuntime(Runtime):
+    name = "clab"
+
+    def netns(self, node: str) -> str:
+        return container(self.lab, node)
+
+    @property
+    def topology_file(self) -> Path:
+        return self.config_dir / f"{self.lab}.clab.yml"
+
+    def node_run_dir(self, node: str) -> Path:
+        return self.config_dir / node / "run"
+
+    def status_path(self, node: str) -> Path:
+        return self.node_run_dir(node) / "status.json"
+
+    def agent_log(self, node: str) -> Path:
+        return self.node_run_dir(node) / "agent.log"
+
+    def docker_exec(self, node: str, argv: list[str], detach: bool = False, tty: bool = False) -> list[str]:
+        flags = (["-d"] if detach else []) + (["-it"] if tty else [])
+        return [DOCKER, "exec", *flags, container(self.lab, node), *argv]
+
+    def vtysh_argv(self, node: str, commands: list[str], tty: bool = False) -> list[str]:
+        argv = ["vtysh"]
+        for c in commands:
+            argv += ["-c", c]
+        return self.docker_exec(node, argv, tty=tty)
+
+    def shell_argv(self, node: str, shell: str) -> list[str]:
+        return self.docker_exec(node, ["bash"], tty=True)
+
+    def clab(self, *args: str, timeout: float, what: str, check: bool = True):
+        return run([CLAB, *args, "-t", str(self.topology_file)], timeout=timeout, what=what, check=check)
+
+    # --- deploy ------------------------------------------------------------------------------------
+    def _refuse_foreign(self, nodes: list[str]) -> None:
+        """Never deploy over (and so later destroy) a containerlab lab of the same name we did not create."""
+        taken = set(run(["ip", "netns", "list"], check=False).stdout.split()) & {self.netns(n) for n in nodes}
+        if taken:
+            raise RuntimeFailure(f"network namespace '{sorted(taken)[0]}' already exists and is not this lab's: "
+                                 f"destroy that lab or choose another lab name")
+        r = run([DOCKER, "ps", "-a", "-q", "--filter", f"label=containerlab={self.lab}"], check=False,
+                what="docker ps", timeout=60)
+        if r.returncode == 0 and r.stdout.strip():
+            raise RuntimeFailure(f"containers of a containerlab lab named '{self.lab}' already exist: "
+                                 f"'containerlab destroy --name {self.lab}' or choose another lab name")
+
+    def deploy(self, config_dir: Path, progress: Progress) -> None:
+        from lab.runtime.netns import load_nodes
+
+        topo, cfgs = load_nodes(config_dir)
+        self._refuse_foreign(list(cfgs))
+        st = self.state
+        requested = next((c.get("driver", "auto") for c in cfgs.values() if c["role"] == "host"), "auto")
+        self.driver = nodesetup.host_driver(requested, nodesetup.bonding_available())
+        st.data.update({"runtime": self.name, "config": str(config_dir), "started": time.time(),
+                        "host_driver": self.driver, "netns": [self.netns(n) for n in cfgs],
+                        "clab_topology": str(self.topology_file)})
+        for n in cfgs:  # bound into the container: the agent's status and log land here
+            self.node_run_dir(n).mkdir(parents=True, exist_ok=True)
+        st.save()  # before containerlab runs: a failure from here on is undone by destroy
+        timeout = deploy_timeout()
+        progress(f"containerlab deploy: {len(cfgs)} containers, {len(topo['links'])} links (timeout {timeout:g} s)")
+        self.clab("deploy", timeout=timeout, what="containerlab deploy")
+        existing = set(run(["ip", "netns", "list"], check=False).stdout.split())
+        missing = [self.netns(n) for n in cfgs if self.netns(n) not in existing]
+        if missing:
+            raise RuntimeFailure(f"containerlab deploy returned but /run/netns/{missing[0]} is missing "
+                                 f"({len(missing)} of {len(cfgs)} nodes)")
+        progress("configuring nodes through their namespaces (sysctls, addresses, nftables)")
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            list(ex.map(lambda kv: self.configure_node(*kv, self.driver), cfgs.items()))
+            list(ex.map(self.drop_default_route, cfgs))
+        routers = [n for n, c in cfgs.items() if c["role"] != "host"]
+        progress(f"starting FRR in {len(routers)} router containers")
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            list(ex.map(self.start_frr, routers))
+        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c)
+                  and not (c["role"] == "host" and self.driver == "bond")]
+        progress(f"starting {len(agents)} agents (docker exec)")
+        for n in agents:
+            self.start_agent(n, cfgs[n])
+
+    def drop_default_route(self, node: str) -> None:
+        """As on the namespace runtime, no default route: lab traffic never leaves through containerlab's
+        management network (its connected subnet stays, so the containers remain reachable from here)."""
+        for fam in ("-4", "-6"):
+            run(["ip", fam, "-n", self.netns(node), "route", "flush", "exact", "default"], check=False)
+
+    def start_frr(self, node: str) -> None:
+        """The image's own FRR start script (watchfrr + the daemons file containerlab bound in)."""
+        run(self.docker_exec(node, ["/usr/lib/frr/frrinit.sh", "start"]), timeout=120, what=f"{node}: FRR start")
+
+    def start_agent(self, node: str, cfg: dict) -> None:
+        argv = ["python3", "-m", nodesetup.agent_module(cfg), NODE_JSON,
+                "--status", f"{NODE_RUN}/status.json", "--log", f"{NODE_RUN}/agent.log"]
+        run(self.docker_exec(node, argv, detach=True), timeout=60, what=f"{node}: agent start")
+
+    # --- what runs where -----------------------------------------------------------------------------
+    def _pids_matching(self, node: str, match) -> list[int]:
+        return [p for p in self.netns_pids(node) if match(cmdline(p))]
+
+    def agent_pid(self, node: str) -> int | None:
+        pids = self._pids_matching(node, lambda c: any(a.startswith("lab.agents.") for a in c))
+        return pids[0] if pids else None
+
+    def frr_pids(self) -> dict[int, str]:
+        out = {}
+        for ns in self.state.data.get("netns", []):
+            node = ns[len(container(self.lab, "")):]
+            for p in self._pids_matching(node, lambda c: bool(c) and os.path.basename(c[0]) in FRR_DAEMONS):
+                out[p] = ns
+        return out
+
+    def inspect(self) -> dict[str, dict]:
+        r = self.clab("inspect", "--format", "json", timeout=INSPECT_TIMEOUT, what="containerlab inspect")
+        return parse_inspect(r.stdout, self.lab)
+
+    # --- teardown ----------------------------------------------------------------------------------
+    def destroy(self, progress: Progress) -> None:
+        """Stop what hpnlab started from this machine inside the containers' namespaces (probes, route
+        monitors: our PID namespace, unlike the containers' own processes), then let containerlab remove
+        the containers, links and its lab directory. State is kept if containerlab fails, so
+        ``hpnlab down`` can be retried."""
+        existing = set(run(["ip", "netns", "list"], check=False).stdout.split())
+        own_pidns = os.readlink("/proc/self/ns/pid")
+        ours: dict[int, object] = {}
+        for ns in self.state.data.get("netns", []):
+            if ns not in existing:
+                continue
+            for p in run(["ip", "netns", "pids", ns], check=False).stdout.split():
+                try:
+                    if os.readlink(f"/proc/{p}/ns/pid") == own_pidns and int(p) != os.getpid():
+                        ours[int(p)] = lambda c: True
+                except OSError:
+                    pass
+        if ours:
+            progress(f"stopping {len(ours)} processes hpnlab started in the lab's namespaces")
+            kill_pids(ours, timeout=2)
+        if "clab_topology" in self.state.data and self.topology_file.exists():
+            if not shutil.which(CLAB):
+                raise RuntimeFailure(f"containerlab not found, so the lab's containers cannot be removed: "
+                                     f"{INSTALL}, then 'hpnlab down --lab {self.lab}'")
+            progress("containerlab destroy --cleanup")
+            try:
+                self.clab("destroy", "--cleanup", timeout=DESTROY_TIMEOUT, what="containerlab destroy")
+            except RuntimeFailure as e:
+                raise RuntimeFailure(f"{e} (the lab's state is kept: fix this, then 'hpnlab down --lab {self.lab}')") \
+                    from None
+        self.remove_state()
