@@ -1,0 +1,202 @@
+"""One integration suite, every runtime: the same lab, verify, vtysh, faults, probes and a failover
+experiment through ``hpnlab`` on
+
+* ``netns``  - network namespaces (the default; runs wherever the rest of the suite runs);
+* ``clab``   - real containerlab + Docker (skips here with the reason; .github/workflows/clab.yml runs it);
+* ``docker`` - real Docker containers built from docker/ on a debootstrapped base, with tests/clabsim.py
+  standing in for the containerlab CLI, so everything after ``containerlab deploy`` is the real clab
+  runtime: FRR and agents inside containers, verify through /run/netns/clab-<lab>-<node>, docker exec.
+
+HPNLAB_TEST_RUNTIME=netns,clab,docker (default: all three) picks which halves run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.test_lab_netns import _need_lab_machine, leftovers, poll
+
+pytestmark = pytest.mark.root
+RUNTIMES = [r for r in os.environ.get("HPNLAB_TEST_RUNTIME", "netns,clab,docker").split(",") if r]
+SIM_DIR = Path("/run/hpnlab-test-clabsim")  # holds the `containerlab` stand-in for the docker half
+LAB_NAMES = {"netns": "rtn", "clab": "rtc", "docker": "rtd"}
+
+
+def _skip(why: str):
+    print(f"SKIP: {why}", file=sys.stderr)
+    pytest.skip(why)
+
+
+def _docker_ok() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A Docker engine: the running one, or one this session starts (and stops, by PID) itself."""
+    if _docker_ok():
+        yield "running"
+        return
+    dockerd = shutil.which("dockerd")
+    if not shutil.which("docker") or not dockerd:
+        _skip("no Docker engine: docker/dockerd not installed (./bootstrap test installs Debian's docker.io)")
+    had_bridge = Path("/sys/class/net/docker0").exists()
+    log = open("/tmp/hpnlab-test-dockerd.log", "w")
+    p = subprocess.Popen([dockerd], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    ok = poll(lambda: p.poll() is None and _docker_ok(), 60, 0.5)
+    if not ok:
+        p.terminate()
+        p.wait(timeout=30)
+        tail = Path("/tmp/hpnlab-test-dockerd.log").read_text().strip().splitlines()[-1:]
+        _skip(f"the Docker engine did not start here: {tail}")
+    yield "started"
+    p.terminate()
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    log.close()
+    if not had_bridge:  # dockerd leaves its bridge behind; it did not exist before this session
+        subprocess.run(["ip", "link", "del", "docker0"], capture_output=True)
+
+
+def _build_images(base: str | None) -> None:
+    argv = [sys.executable, "-m", "lab.cli", "images", "build"] + (["--base", base] if base else [])
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    if r.returncode != 0:
+        raise AssertionError(f"hpnlab images build failed:\n{r.stderr[-2000:]}")
+
+
+def _env_for(runtime: str, docker_engine_fixture) -> dict:
+    env = dict(os.environ)
+    if runtime == "clab":
+        if not shutil.which("containerlab"):
+            _skip("containerlab is not installed (it cannot be on these machines); .github/workflows/clab.yml "
+                  "runs this half, and the docker half runs the same tests on real containers here")
+        docker_engine_fixture()
+        _build_images(None)
+    elif runtime == "docker":
+        docker_engine_fixture()
+        from lab import images
+
+        if not images.image_exists(images.BASE_TAG):
+            r = subprocess.run([sys.executable, "-m", "lab.cli", "images", "base"], capture_output=True,
+                               text=True, cwd=ROOT, timeout=1200)
+            if r.returncode != 0:
+                _skip(f"no base image and debootstrap failed: {r.stderr.strip().splitlines()[-1:]}")
+        _build_images(images.BASE_TAG)
+        SIM_DIR.mkdir(parents=True, exist_ok=True)
+        sim = SIM_DIR / "containerlab"
+        sim.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'clabsim.py'} \"$@\"\n")
+        sim.chmod(0o755)
+        env["PATH"] = f"{SIM_DIR}:{env['PATH']}"
+    return env
+
+
+def clab_leftovers(lab: str) -> list[str]:
+    out = []
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    out += [f"netns {n}" for n in ns if n.startswith(f"clab-{lab}-")]
+    if _docker_ok():
+        ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=containerlab={lab}"], capture_output=True,
+                             text=True).stdout.split()
+        out += [f"container {i}" for i in ids]
+    if Path(f"/run/hpnlab/{lab}").exists():
+        out.append(f"state /run/hpnlab/{lab}")
+    return out
+
+
+class Lab:
+    def __init__(self, runtime: str, name: str, env: dict):
+        self.runtime, self.name, self.env = runtime, name, env
+
+    def hpnlab(self, *args, timeout=240, check=True) -> subprocess.CompletedProcess:
+        r = subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                           env=self.env, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"[{self.runtime}] hpnlab {' '.join(args)} -> {r.returncode}\n"
+                                 f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        return r
+
+    def leftovers(self, name: str | None = None) -> list[str]:
+        name = name or self.name
+        return leftovers(name) if self.runtime == "netns" else clab_leftovers(name)
+
+
+@pytest.fixture(scope="module", params=RUNTIMES)
+def rtlab(request, tmp_path_factory):
+    runtime = request.param
+    _need_lab_machine()
+    env = _env_for(runtime, lambda: request.getfixturevalue("docker_engine"))
+    name = LAB_NAMES[runtime]
+    spec = tmp_path_factory.mktemp("spec") / f"{name}.yml"
+    spec.write_text((ROOT / "examples" / "default.yml").read_text().replace("name: hpn", f"name: {name}"))
+    lab = Lab(runtime, name, env)
+    lab.hpnlab("down", "--lab", name, check=False)
+    t0 = time.monotonic()
+    r = lab.hpnlab("up", str(spec), "--runtime", runtime if runtime != "docker" else "clab", "--json")
+    res = json.loads(r.stdout)
+    assert res["ok"] is True
+    print(f"[{runtime}] lab up and verified in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    yield lab
+    lab.hpnlab("down", "--lab", name)
+    assert lab.leftovers() == []
+
+
+def test_status_is_healthy_with_the_runtime_view(rtlab):
+    st = json.loads(rtlab.hpnlab("status", "--lab", rtlab.name, "--json").stdout)
+    assert st["healthy"] is True and st["runtime"] == ("netns" if rtlab.runtime == "netns" else "clab")
+    if rtlab.runtime != "netns":  # containerlab inspect's view, parsed from its JSON
+        assert {n["container"] for n in st["nodes"]} == {"running"}
+    routers = [n for n in st["nodes"] if n["role"] != "host"]
+    assert routers and all(n["frr"] == "4/4 daemons" for n in routers)
+
+
+def test_vtysh_and_exec_reach_the_node(rtlab):
+    s = json.loads(rtlab.hpnlab("exec", "--lab", rtlab.name, "s0r0a", "--", "vtysh", "-c",
+                                "show bgp summary json").stdout)
+    peers = s["ipv4Unicast"]["peers"]
+    assert len(peers) == 2 and {p["state"] for p in peers.values()} == {"Established"}
+    addrs = json.loads(rtlab.hpnlab("exec", "--lab", rtlab.name, "s0h0", "--", "ip", "-j", "-4", "addr").stdout)
+    assert "10.0.0.2" in {a["local"] for i in addrs for a in i.get("addr_info", [])}
+
+
+def test_probe_paths_use_both_tors(rtlab):
+    r = rtlab.hpnlab("probe", "paths", "s0h0", "s1h0", "--flows", "24", "--json", "--lab", rtlab.name, timeout=90)
+    rows = json.loads(r.stdout)["paths"]
+    assert {x["tor"] for x in rows} == {"s0r0a", "s0r0b"}, rows
+
+
+def test_fault_applies_reverts_and_the_lab_heals(rtlab):
+    r = rtlab.hpnlab("fail", "link-down", "s1h0", "r0p1", "--for", "1", "--lab", rtlab.name)
+    assert "applied: link-down s1h0:r0p1" in r.stderr and "reverted: link-down s1h0:r0p1" in r.stderr
+    healed = poll(lambda: rtlab.hpnlab("verify", "--lab", rtlab.name, check=False).returncode == 0, 60, 1.0)
+    assert healed
+
+
+def test_failover_experiment_runs_unchanged(rtlab, tmp_path):
+    rt = "clab" if rtlab.runtime == "docker" else rtlab.runtime
+    rtlab.hpnlab("run", "experiments/link-failure.yml", "--variants", "dual-tor-clos", "-n", "1", "--runtime", rt,
+                 "--out", str(tmp_path), timeout=600)
+    res = json.loads((tmp_path / "results.json").read_text())
+    run = res["variants"]["dual-tor-clos"]["runs"][0]["faults"][0]
+    streams = run["streams"]
+    print(f"[{rtlab.runtime}] downstream longest gap {streams['downstream']['longest_gap_ms']} ms, "
+          f"upstream lost {streams['upstream']['lost_packets']}", file=sys.stderr)
+    assert streams["upstream"]["lost_packets"] == 0  # the host's LACP moves upstream traffic at once
+    assert 0 < streams["downstream"]["longest_gap_ms"] < 1000  # BGP withdrawal, bounded
+    assert all(s["recovered"] for s in streams.values())
+    for i in range(4):  # the experiment's labs are gone
+        assert rtlab.leftovers(f"xp{i}") == []
