@@ -54,8 +54,10 @@ def ip_batch(cfg: dict, driver: str = "userspace") -> list[str]:
     for nic in cfg["nics"]:
         if driver == "bond":
             b = bond_name(nic["rail"])
-            lines.append(f"link add {b} address {nic['mac']} type bond mode 802.3ad lacp_rate fast "
-                         f"miimon 100 xmit_hash_policy layer3+4")
+            lacp = cfg["lacp"]  # the host side's actor: what the userspace agent sends, from the bond
+            lines.append(f"link add {b} address {nic['mac']} type bond mode 802.3ad "
+                         f"lacp_rate {'fast' if lacp['fast_rate'] else 'slow'} ad_actor_sys_prio "
+                         f"{lacp['system_priority']} ad_select stable miimon 100 xmit_hash_policy layer3+4")
             for ifc in nic["ports"]:
                 lines += [f"link set {ifc} down", f"link set {ifc} master {b}"]
             lines += [f"address replace {nic['ip']}/32 dev {b}", f"link set {b} up"]

@@ -39,7 +39,7 @@ def test_host_same_ip_on_both_ports_and_arp_dup():
 
 def test_bond_plan_for_kernels_with_bonding():
     lines = ip_batch(cfg("s0h0"), driver="bond")
-    assert any("type bond mode 802.3ad lacp_rate fast" in l for l in lines)
+    assert any("type bond mode 802.3ad lacp_rate fast ad_actor_sys_prio 65535" in l for l in lines)
     assert "link set r0p0 master bond0" in lines
 
 
