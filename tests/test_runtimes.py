@@ -27,7 +27,6 @@ from tests.test_lab_netns import _need_lab_machine, leftovers, poll
 
 pytestmark = pytest.mark.root
 RUNTIMES = [r for r in os.environ.get("HPNLAB_TEST_RUNTIME", "netns,clab,docker").split(",") if r]
-SIM_DIR = Path("/run/hpnlab-test-clabsim")  # holds the `containerlab` stand-in for the docker half
 LAB_NAMES = {"netns": "rtn", "clab": "rtc", "docker": "rtd"}
 
 
@@ -79,7 +78,7 @@ def _build_images(base: str | None) -> None:
         raise AssertionError(f"hpnlab images build failed:\n{r.stderr[-2000:]}")
 
 
-def _env_for(runtime: str, docker_engine_fixture) -> dict:
+def _env_for(runtime: str, docker_engine_fixture, sim_dir: Path) -> dict:
     env = dict(os.environ)
     if runtime == "clab":
         if not shutil.which("containerlab"):
@@ -97,11 +96,10 @@ def _env_for(runtime: str, docker_engine_fixture) -> dict:
             if r.returncode != 0:
                 _skip(f"no base image and debootstrap failed: {r.stderr.strip().splitlines()[-1:]}")
         _build_images(images.BASE_TAG)
-        SIM_DIR.mkdir(parents=True, exist_ok=True)
-        sim = SIM_DIR / "containerlab"
+        sim = sim_dir / "containerlab"  # the stand-in, on PATH for this half only
         sim.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'clabsim.py'} \"$@\"\n")
         sim.chmod(0o755)
-        env["PATH"] = f"{SIM_DIR}:{env['PATH']}"
+        env["PATH"] = f"{sim_dir}:{env['PATH']}"
     return env
 
 
@@ -139,7 +137,7 @@ class Lab:
 def rtlab(request, tmp_path_factory):
     runtime = request.param
     _need_lab_machine()
-    env = _env_for(runtime, lambda: request.getfixturevalue("docker_engine"))
+    env = _env_for(runtime, lambda: request.getfixturevalue("docker_engine"), tmp_path_factory.mktemp("clabsim"))
     name = LAB_NAMES[runtime]
     spec = tmp_path_factory.mktemp("spec") / f"{name}.yml"
     spec.write_text((ROOT / "examples" / "default.yml").read_text().replace("name: hpn", f"name: {name}"))
