@@ -1,6 +1,6 @@
 """Node images for the containerlab runtime: ``hpnlab images build|base|list``.
 
-``build`` runs ``docker build`` on docker/<role>/Dockerfile with the project root as context.
+``build`` runs ``docker build`` on docker/Dockerfile once per role, with the project root as context.
 ``base`` makes a Debian base without any image registry (debootstrap -> ``docker import``), holding
 every package both images need, so ``build --base`` then fetches nothing.
 """
@@ -31,7 +31,7 @@ def packages(role: str) -> list[str]:
 
 
 def build_argv(role: str, base: str | None) -> list[str]:
-    argv = ["docker", "build", "-t", IMAGES[role], "-f", str(DOCKER_DIR / role / "Dockerfile")]
+    argv = ["docker", "build", "-t", IMAGES[role], "-f", str(DOCKER_DIR / "Dockerfile"), "--build-arg", f"ROLE={role}"]
     if base:
         argv += ["--build-arg", f"BASE={base}"]
     return argv + [str(ROOT)]
@@ -83,7 +83,7 @@ def build(base: str | None, progress, verbose: bool = False) -> list[str]:
     if not shutil.which("docker-buildx") and not Path("/usr/libexec/docker/cli-plugins/docker-buildx").exists():
         env["DOCKER_BUILDKIT"] = "0"  # the classic builder, where the buildx plugin is not installed
     for role in ("router", "host"):
-        progress(f"building {IMAGES[role]} from docker/{role}/Dockerfile" + (f" on {base}" if base else ""))
+        progress(f"building {IMAGES[role]} (docker/Dockerfile, ROLE={role})" + (f" on {base}" if base else ""))
         _stream(build_argv(role, base), f"docker build {IMAGES[role]}", verbose, env=env)
     return list(IMAGES.values())
 
@@ -139,7 +139,7 @@ def cmd(args) -> int:
 
 def add_parsers(sub, wrap) -> None:
     p = sub.add_parser("images", help="build the router and host images for --runtime clab",
-                       description="build: docker build docker/router and docker/host (tags "
+                       description="build: docker build docker/Dockerfile for the router and the host (tags "
                                    f"{', '.join(IMAGES.values())}). base: make a Debian base image with "
                                    "debootstrap + docker import, for machines without an image registry. "
                                    "list: which images are present.")

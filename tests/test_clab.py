@@ -92,14 +92,14 @@ def test_image_build_and_base_commands():
 
     argv = images.build_argv("router", "hpnlab/base:bookworm")
     assert argv[:4] == ["docker", "build", "-t", IMAGES["router"]]
-    assert "BASE=hpnlab/base:bookworm" in argv and argv[-1] == str(ROOT)
+    assert "BASE=hpnlab/base:bookworm" in argv and "ROLE=router" in argv and argv[-1] == str(ROOT)
     assert Path(argv[argv.index("-f") + 1]).exists()
     deb = images.debootstrap_argv(Path("/x"), images.DEFAULT_MIRROR)
     include = deb[2].split("=", 1)[1].split(",")
     assert {"frr", "python3-pyroute2", "iperf3", "nftables"} <= set(include)
-    for role in ("router", "host"):
-        text = (ROOT / "docker" / role / "Dockerfile").read_text()
-        assert f"docker/{role}/packages" in text and "COPY lab /opt/hpnlab/lab" in text
+    text = (ROOT / "docker" / "Dockerfile").read_text()
+    assert "docker/${ROLE}/packages" in text and "COPY lab /opt/hpnlab/lab" in text
+    assert "frr" in images.packages("router") and "iperf3" in images.packages("host")
 
 
 # --- the GitHub Actions workflow -----------------------------------------------------------------------------
