@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark (root): wall time from `hpnlab up` to verified, and memory per router and per agent.
 
-  sudo .venv/bin/python bench/lab_up.py [SPEC ...] [--runs N]
+  sudo .venv/bin/python bench/lab_up.py [SPEC ...] [--runs N] [--runtime netns,clab]
+
+With several runtimes, each spec is measured on each in turn, so the figures can be compared side by side
+(clab needs containerlab, a Docker engine and 'hpnlab images build'; on a machine without containerlab,
+put tests/clabsim.py on PATH as `containerlab` to measure Docker containers).
 
 Targets (issue 3): default lab <= 15 s; FRR daemons <= 50 MB RSS per router; host agent <= 25 MB.
 RSS counts shared pages once per process (an upper bound); PSS (shared pages split) is printed beside it.
@@ -31,40 +35,42 @@ def mem_kb(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def measure(spec: str | None, runs: int) -> None:
+def measure(spec: str | None, runs: int, runtime: str) -> None:
     from lab.spec import load_spec
 
     sp = load_spec(spec)
     times = []
     for i in range(runs):
-        argv = [sys.executable, "-m", "lab.cli", "up", "--json", "--timeout", "300"] + ([spec] if spec else [])
+        argv = [sys.executable, "-m", "lab.cli", "up", "--json", "--timeout", "300", "--runtime", runtime] + \
+            ([spec] if spec else [])
         t0 = time.monotonic()
         r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
         dt = time.monotonic() - t0
         if r.returncode:
-            print(f"{sp.name}: up failed: {r.stderr.strip().splitlines()[-1]}")
+            print(f"{sp.name} [{runtime}]: up failed: {r.stderr.strip().splitlines()[-1]}")
             return
         times.append(dt)
         if i == runs - 1:
-            state = json.loads(Path(f"/run/hpnlab/{sp.name}/state.json").read_text())
-            from lab.runtime.netns import NetnsRuntime
+            from lab.commands import open_runtime
 
-            rt = NetnsRuntime(sp.name)
+            rt = open_runtime(sp.name)
             per_router: dict[str, list[int]] = {}
             for pid, ns in rt.frr_pids().items():
                 r_, p_ = mem_kb(pid)
                 per_router.setdefault(ns, [0, 0])
                 per_router[ns][0] += r_
                 per_router[ns][1] += p_
-            topo = json.loads(Path(state["config"], "topology.json").read_text())
+            topo = json.loads((rt.config_dir / "topology.json").read_text())
             agents = {"host": [], "tor": []}
             roles = {n["name"]: n["role"] for n in topo["nodes"]}
-            for node, pid in state["agents"].items():
-                agents[roles[node]].append(mem_kb(pid))
+            for node, role in roles.items():
+                pid = rt.agent_pid(node) if role in agents else None
+                if pid:
+                    agents[role].append(mem_kb(pid))
             s = topo["summary"]
             rr = [v[0] / 1024 for v in per_router.values()]
             rp = [v[1] / 1024 for v in per_router.values()]
-            print(f"lab '{sp.name}': {len(topo['nodes'])} nodes ({s['hosts']} hosts, {s['tors']} ToRs, {s['aggs']} aggs), "
+            print(f"lab '{sp.name}' [{runtime}]: {len(topo['nodes'])} nodes ({s['hosts']} hosts, {s['tors']} ToRs, {s['aggs']} aggs), "
                   f"{s['links']} links, {s['bgp_sessions']} BGP sessions")
             print("  up -> verified: " + ", ".join(f"{t:.1f} s" for t in times))
             print(f"  FRR per router (zebra+staticd+bgpd+bfdd): RSS max {max(rr):.1f} MB, PSS max {max(rp):.1f} MB")
@@ -80,9 +86,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("specs", nargs="*")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runtime", default="netns", help="comma-separated: netns, clab (default netns)")
     a = ap.parse_args()
     for spec in a.specs or [None]:
-        measure(spec, a.runs)
+        for runtime in a.runtime.split(","):
+            measure(spec, a.runs, runtime)
     return 0
 
 

@@ -126,10 +126,9 @@ def bring_up(spec, runtime: str, timeout: float, progress: Progress, keep: bool 
     if runtime == "netns":
         preflight(spec)
     elif runtime == "clab":
-        from lab.render import IMAGES
         from lab.runtime import clab
 
-        clab.preflight(IMAGES)
+        clab.preflight()
     lab = spec.name
     if (state_dir(lab) / "state.json").exists():
         raise RuntimeFailure(f"lab '{lab}' is already running (or left over): 'hpnlab down --lab {lab}' first, "
@@ -238,7 +237,7 @@ def status(args) -> int:
     frr: dict[str, list[bool]] = {}
     for pid, ns in rt.frr_pids().items():
         frr.setdefault(ns, []).append(pid_alive(pid))
-    containers = rt.inspect() if rt.name == "clab" else None  # containerlab's own view of the nodes
+    containers = rt.inspect()  # the container engine's own view of the nodes, where there is one
     rows = []
     for n, c in cfgs.items():
         row: dict = {"node": n, "role": c["role"], "netns": rt.netns(n)}

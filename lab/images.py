@@ -42,13 +42,14 @@ def debootstrap_argv(target: Path, mirror: str, suite: str = "bookworm") -> list
     return ["debootstrap", "--variant=minbase", f"--include={','.join(include)}", suite, str(target), mirror]
 
 
-def need_docker() -> None:
+def need_docker(hint: str = "") -> None:
+    """The docker CLI and a reachable engine, or a one-line error saying what to do (plus ``hint``)."""
     if not shutil.which("docker"):
-        raise RuntimeFailure("docker not found: install Docker (Debian: apt-get install docker.io)")
+        raise RuntimeFailure(f"docker not found: install Docker (Debian: apt-get install docker.io){hint}")
     r = run(["docker", "info", "--format", "{{.ServerVersion}}"], check=False, timeout=30)
     if r.returncode != 0:
         raise RuntimeFailure(f"the Docker engine is not reachable ({(r.stderr.strip().splitlines() or ['?'])[-1]}): "
-                             f"start it (systemctl start docker)")
+                             f"start it (systemctl start docker){hint}")
 
 
 def image_exists(tag: str) -> bool:

@@ -40,7 +40,8 @@ def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
         st = read_status(rt, n)
         pid = rt.agent_pid(n)
         if pid is None or not pid_alive(pid):
-            out.append(_check(f"agent {n}", False, f"agent process {pid} is not running (see {rt.agent_log(n)})"))
+            what = "no agent process" if pid is None else f"agent process {pid} is not running"
+            out.append(_check(f"agent {n}", False, f"{what} (see {rt.agent_log(n)})"))
         elif st is None or now - st["time"] > HEARTBEAT_MAX_AGE:
             age = "never" if st is None else f"{now - st['time']:.1f} s ago"
             out.append(_check(f"agent {n}", False, f"no heartbeat (last {age})"))

@@ -112,8 +112,7 @@ def _nft_rules(table: str, chains: list[tuple[str, str, str]]) -> str:
 
 
 def node_pids(rt: Runtime, node: str) -> list[int]:
-    r = run(["ip", "netns", "pids", rt.netns(node)], check=False)
-    return [int(p) for p in r.stdout.split() if p.isdigit() and int(p) != os.getpid()]
+    return [p for p in rt.netns_pids(node) if p != os.getpid()]
 
 
 class Injector:

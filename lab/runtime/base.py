@@ -150,6 +150,10 @@ class Runtime:
     def shell_argv(self, node: str, shell: str) -> list[str]:
         return self.exec_argv(node, [shell])
 
+    def inspect(self) -> dict[str, dict] | None:
+        """node -> {"state", ...} as the container engine reports it; None where nodes are not containers."""
+        return None
+
     # --- shared ------------------------------------------------------------------------------
     def exec_argv(self, node: str, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns(node), *argv]

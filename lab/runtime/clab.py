@@ -40,21 +40,18 @@ def deploy_timeout() -> float:
         raise RuntimeFailure("HPNLAB_CLAB_TIMEOUT must be a number of seconds, e.g. 600") from None
 
 
-def preflight(images: dict[str, str]) -> None:
+def preflight() -> None:
     """Everything the clab runtime calls, checked before anything is created."""
+    from lab import images
+
     if not shutil.which(CLAB):
         raise RuntimeFailure(f"containerlab not found: {INSTALL}, {NETNS_HINT}")
-    if not shutil.which(DOCKER):
-        raise RuntimeFailure(f"docker not found: install Docker (Debian: apt-get install docker.io), {NETNS_HINT}")
     for tool, pkg in (("ip", "iproute2"), ("nft", "nftables"), ("sysctl", "procps")):
         if not shutil.which(tool):
             raise RuntimeFailure(f"'{tool}' not found: install Debian's {pkg} (sudo ./bootstrap install)")
-    r = run([DOCKER, "info", "--format", "{{.ServerVersion}}"], check=False, timeout=30, what="docker info")
-    if r.returncode != 0:
-        raise RuntimeFailure(f"the Docker engine is not reachable ({(r.stderr.strip().splitlines() or ['?'])[-1]}): "
-                             f"start it (systemctl start docker), {NETNS_HINT}")
-    for role, image in images.items():
-        if run([DOCKER, "image", "inspect", image], check=False, timeout=30).returncode != 0:
+    images.need_docker(f", {NETNS_HINT}")
+    for role, image in images.IMAGES.items():
+        if not images.image_exists(image):
             raise RuntimeFailure(f"{role} image '{image}' not found: build it with 'hpnlab images build'")
 
 
@@ -213,7 +210,7 @@ class ClabRuntime(Runtime):
                 out[p] = ns
         return out
 
-    def inspect(self) -> dict[str, dict]:
+    def inspect(self) -> dict[str, dict] | None:
         r = self.clab("inspect", "--format", "json", timeout=INSPECT_TIMEOUT, what="containerlab inspect")
         return parse_inspect(r.stdout, self.lab)
 
