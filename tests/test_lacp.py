@@ -129,3 +129,26 @@ def test_periodic_fast_rate():
     host, tor = pair()
     exchange(host, tor, 0.0)
     assert tor.due(0.5) is None and tor.due(1.0) is not None
+
+
+def test_rtnetlink_neighbour_messages_parse():
+    """The agents read rtnetlink themselves: two messages in one datagram, an ndmsg with NDA_DST."""
+    import socket
+    import struct
+
+    from lab.agents.common import RTM_DELNEIGH, RTM_NEWLINK, parse_neigh, split_nl
+
+    def msg(mtype: int, payload: bytes) -> bytes:
+        m = struct.pack("=IHHII", 16 + len(payload), mtype, 0, 0, 0) + payload
+        return m + b"\0" * (-len(m) % 4)
+
+    dst = struct.pack("=HH", 8, 1) + socket.inet_aton("10.0.0.2")
+    lladdr = struct.pack("=HH", 10, 2) + bytes.fromhex("020000000000") + b"\0\0"
+    nd = struct.pack("=BBHiHBB", socket.AF_INET, 0, 0, 7, 0x02, 0, 1) + lladdr + dst
+    buf = msg(RTM_NEWLINK, b"\0" * 16) + msg(RTM_DELNEIGH, nd)
+    msgs = split_nl(buf)
+    assert [t for t, _ in msgs] == [RTM_NEWLINK, RTM_DELNEIGH]
+    assert parse_neigh(msgs[1][1]) == (7, 0x02, "10.0.0.2")
+    v6 = struct.pack("=BBHiHBB", socket.AF_INET6, 0, 0, 3, 0x02, 0, 1) + struct.pack("=HH", 20, 1) + b"\0" * 16
+    assert parse_neigh(v6) == (3, 0x02, None)
+    assert split_nl(buf[:20]) == []  # a truncated datagram yields nothing rather than garbage

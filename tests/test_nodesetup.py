@@ -105,3 +105,17 @@ def test_host_driver_choice():
     assert host_driver("auto", bonding=False) == "userspace"
     assert host_driver("auto", bonding=True) == "bond"
     assert host_driver("userspace", bonding=True) == "userspace"
+
+
+def test_veth_ends_get_distinct_lab_wide_ifindexes():
+    """Equal ifindexes on the two ends make the kernel batch a veth's carrier-down events up to 1 s."""
+    import re
+
+    from lab.runtime.netns import link_batch
+
+    topo = build(load_spec()).to_dict()
+    lines = link_batch("hpn", topo["links"])
+    pairs = [tuple(map(int, re.findall(r" index (\d+) ", ln))) for ln in lines]
+    assert all(len(p) == 2 and p[0] != p[1] for p in pairs)
+    flat = [i for p in pairs for i in p]
+    assert len(set(flat)) == len(flat) and min(flat) > 1  # unique in every namespace, never lo's 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -236,6 +237,16 @@ def _trim(res: dict, k: int) -> dict:
     return res
 
 
+def keep_logs(rt, dest: Path) -> None:
+    """The lab's agent and FRR logs go with the raw results: the lab itself is gone after the run."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, src in rt.log_files().items():
+        try:
+            shutil.copyfile(src, dest / name)
+        except OSError:
+            pass
+
+
 def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: float = 120) -> dict:
     """Every variant in turn; a variant that fails is reported as such and the others still run."""
     from lab.commands import bring_up, wait_healthy
@@ -276,6 +287,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
             v["error"] = str(e)
             bar.phase(f"variant {plan.name} failed: {e}")
         finally:
+            keep_logs(rt, out / "raw" / plan.name / "logs")
             bar.phase(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
             rt.destroy(bar)
         v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []

@@ -6,6 +6,7 @@ Kept free of heavy imports (no pyroute2, no scapy) so the host agent stays small
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import select
@@ -22,6 +23,10 @@ SOL_PACKET = 263
 PACKET_ADD_MEMBERSHIP = 1
 PACKET_MR_MULTICAST = 0
 ETH_P_ARP = 0x0806
+RTMGRP_LINK, RTMGRP_NEIGH = 0x1, 0x4
+RTM_NEWLINK, RTM_DELLINK, RTM_NEWNEIGH, RTM_DELNEIGH = 16, 17, 28, 29
+NLMSG_HDRLEN = 16
+NDA_DST = 1
 
 
 def log(msg: str) -> None:
@@ -46,6 +51,60 @@ def arp_request(src_mac: str, src_ip: str, target_ip: str) -> bytes:
     return (b"\xff" * 6 + smac + struct.pack("!H", ETH_P_ARP)
             + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + smac + socket.inet_aton(src_ip)
             + b"\0" * 6 + socket.inet_aton(target_ip))
+
+
+def rtnl_socket(groups: int) -> socket.socket:
+    """A raw rtnetlink socket subscribed to ``groups``, read straight from the agent's select loop
+    (no reader thread, no library buffering between the kernel's event and the agent)."""
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    s.bind((0, groups))
+    s.setblocking(False)
+    return s
+
+
+def nl_messages(sock: socket.socket) -> tuple[list[tuple[int, bytes]], bool]:
+    """Drain the socket: (message type, payload) of every message, and whether the kernel dropped some
+    (ENOBUFS: the caller must then re-read the state it follows)."""
+    msgs: list[tuple[int, bytes]] = []
+    overrun = False
+    while True:
+        try:
+            buf = sock.recv(1 << 16)
+        except BlockingIOError:
+            return msgs, overrun
+        except OSError as e:
+            if e.errno != errno.ENOBUFS:
+                raise
+            overrun = True
+            continue
+        msgs += split_nl(buf)
+
+
+def split_nl(buf: bytes) -> list[tuple[int, bytes]]:
+    out, off = [], 0
+    while off + NLMSG_HDRLEN <= len(buf):
+        length, mtype = struct.unpack_from("=IH", buf, off)
+        if length < NLMSG_HDRLEN or off + length > len(buf):
+            break
+        out.append((mtype, buf[off + NLMSG_HDRLEN:off + length]))
+        off += (length + 3) & ~3
+    return out
+
+
+def parse_neigh(payload: bytes) -> tuple[int, int, str | None]:
+    """ndmsg (family, ifindex, NUD state) and its NDA_DST -> (ifindex, state, IPv4 address or None)."""
+    family = payload[0]
+    ifindex, state = struct.unpack_from("=iH", payload, 4)
+    dst, off = None, 12
+    while off + 4 <= len(payload):
+        alen, atype = struct.unpack_from("=HH", payload, off)
+        if alen < 4:
+            break
+        if atype == NDA_DST and family == socket.AF_INET and alen == 8:
+            dst = socket.inet_ntoa(payload[off + 4:off + 8])
+        off += (alen + 3) & ~3
+    return ifindex, state, dst
 
 
 def carrier(iface: str) -> bool:

@@ -12,15 +12,13 @@ Run inside the host's namespace: ``python -m lab.agents.host NODE_JSON [--status
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 
 from lab.agents import lacp
-from lab.agents.common import (agent_main, LacpDriver, StatusFile, arp_request, carrier, log,
-                               wait)
+from lab.agents.common import (RTMGRP_LINK, agent_main, LacpDriver, StatusFile, arp_request, carrier, log,
+                               nl_messages, rtnl_socket, wait)
 
-RTMGRP_LINK = 0x1
 ARP_REFRESH = 1.0  # the host re-announces itself each second, so a ToR whose ARP entry aged out relearns it
 
 
@@ -55,9 +53,7 @@ class HostAgent:
                                 for i, ifc in enumerate(nic["ports"])])
         self.ports = [p for g in self.groups for p in g]
         self.driver = LacpDriver(self.ports, self.mech["lacp"])
-        self.nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
-        self.nl.bind((0, RTMGRP_LINK))
-        self.nl.setblocking(False)
+        self.nl = rtnl_socket(RTMGRP_LINK)
         self.applied: list[tuple[str, ...] | None] = [None] * len(self.nics)
         self.last_arp: dict[str, float] = {}
         self.status = StatusFile(status)
@@ -106,11 +102,7 @@ class HostAgent:
             for fd in wait(self.driver.fds() + [self.nl.fileno()], deadline):
                 now = time.monotonic()
                 if fd == self.nl.fileno():
-                    try:
-                        while self.nl.recv(65536):
-                            pass
-                    except BlockingIOError:
-                        pass
+                    nl_messages(self.nl)  # which link changed does not matter: re-read every port
                     for p in self.ports:
                         p.set_enabled(carrier(p.iface), now)
                 else:

@@ -10,19 +10,17 @@ Run inside the ToR's namespace: ``python -m lab.agents.tor NODE_JSON [--status F
 from __future__ import annotations
 
 import ipaddress
-import os
-import queue
 import socket
-import threading
 import time
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from lab.agents import lacp
-from lab.agents.common import agent_main, LacpDriver, StatusFile, carrier, iface_mac, log, wait
+from lab.agents.common import (RTM_DELLINK, RTM_DELNEIGH, RTM_NEWLINK, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH,
+                               agent_main, LacpDriver, StatusFile, carrier, iface_mac, log, nl_messages,
+                               parse_neigh, rtnl_socket, wait)
 
-RTMGRP_LINK, RTMGRP_NEIGH = 0x1, 0x4
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
 PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (rt_protos: unassigned)
 RT_SCOPE_LINK = 253
@@ -41,14 +39,8 @@ class TorAgent:
                                 sys_prio=lc["system_priority"], fast=lc["fast_rate"]) for hp in cfg["host_ports"]]
         self.by_iface = {p.iface: p for p in self.ports}
         self.driver = LacpDriver(self.ports, self.mech["lacp"])
-        self.ipr = IPRoute()  # dumps and route changes, main thread only
-        self.events: queue.Queue = queue.Queue()
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        self.bound = threading.Event()
-        threading.Thread(target=self._monitor, daemon=True).start()
-        if not self.bound.wait(10):
-            raise SystemExit("netlink monitor did not start")
+        self.ipr = IPRoute()  # dumps and route changes
+        self.nl = rtnl_socket(RTMGRP_LINK | RTMGRP_NEIGH)  # bound before the first dump: no early ARP is missed
         self.ifindex = {p.iface: socket.if_nametoindex(p.iface) for p in self.ports}
         self.ifname = {v: k for k, v in self.ifindex.items()}
         self.neigh: dict[str, str] = {}  # ip -> iface, valid entries on host ports
@@ -56,37 +48,35 @@ class TorAgent:
         self.status = StatusFile(status)
         self.changes = 0
 
-    def _monitor(self) -> None:
-        """pyroute2's get() blocks and buffers internally, so select() on its fd is not a reliable
-        readiness signal: read events in a thread and wake the main loop through a pipe."""
-        mon = IPRoute()
-        mon.bind(groups=RTMGRP_LINK | RTMGRP_NEIGH)
-        self.bound.set()  # the first dump must follow this, or early ARPs are missed
-        while True:
-            for m in mon.get():
-                self.events.put(m)
-            os.write(self.wake_w, b"x")
-
     # --- state -----------------------------------------------------------------------------------
     def port_ok(self, iface: str) -> bool:
         p = self.by_iface[iface]
         return p.enabled and (p.distributing if self.mech["lacp"] else True)
 
-    def _neigh_msg(self, m) -> None:
-        dst = m.get_attr("NDA_DST")
-        iface = self.ifname.get(m["ifindex"])
+    def _neigh(self, ifindex: int, state: int, dst: str | None, deleted: bool) -> None:
+        iface = self.ifname.get(ifindex)
         if not iface or not dst or ":" in dst or ipaddress.IPv4Address(dst) not in self.subnet:
             return
-        if m["event"] == "RTM_DELNEIGH" or m["state"] & (NUD_FAILED | NUD_INCOMPLETE):
+        if deleted or state & (NUD_FAILED | NUD_INCOMPLETE):
             if self.neigh.get(dst) == iface:
                 del self.neigh[dst]
         else:
             self.neigh[dst] = iface
 
-    def _link_msg(self, m, now: float) -> None:
-        iface = m.get_attr("IFLA_IFNAME")
-        if iface in self.by_iface:
-            self.by_iface[iface].set_enabled(carrier(iface), now)
+    def _netlink(self, now: float) -> None:
+        msgs, overrun = nl_messages(self.nl)
+        if overrun:  # the kernel dropped events: re-read everything
+            self.resync(now)
+            return
+        links = False
+        for mtype, payload in msgs:
+            if mtype in (RTM_NEWNEIGH, RTM_DELNEIGH):
+                self._neigh(*parse_neigh(payload), deleted=mtype == RTM_DELNEIGH)
+            elif mtype in (RTM_NEWLINK, RTM_DELLINK):
+                links = True
+        if links:  # carrier as it is now, for every host port (a handful of sysfs reads)
+            for p in self.ports:
+                p.set_enabled(carrier(p.iface), now)
 
     def resync(self, now: float) -> None:
         for p in self.ports:
@@ -96,8 +86,7 @@ class TorAgent:
     def resync_neighbours(self) -> None:
         self.neigh.clear()
         for m in self.ipr.get_neighbours(family=socket.AF_INET):
-            m["event"] = "RTM_NEWNEIGH"
-            self._neigh_msg(m)
+            self._neigh(m["ifindex"], m["state"], m.get_attr("NDA_DST"), deleted=False)
 
     # --- routes ----------------------------------------------------------------------------------
     def reconcile(self) -> None:
@@ -143,7 +132,7 @@ class TorAgent:
     def run(self) -> None:
         now = time.monotonic()
         self.resync(now)
-        nl = self.wake_r
+        nl = self.nl.fileno()
         last_status = last_resync = now
         log(f"tor agent up: {len(self.ports)} host ports, lacp={'on' if self.mech['lacp'] else 'off'}, "
             f"system {self.ports[0].system if self.ports else '-'}")
@@ -151,18 +140,7 @@ class TorAgent:
             for fd in wait(self.driver.fds() + [nl], self.driver.next_deadline(now)):
                 now = time.monotonic()
                 if fd == nl:
-                    try:
-                        while os.read(nl, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
-                    while not self.events.empty():
-                        m = self.events.get_nowait()
-                        ev = m.get("event", "")
-                        if ev in ("RTM_NEWNEIGH", "RTM_DELNEIGH"):
-                            self._neigh_msg(m)
-                        elif ev in ("RTM_NEWLINK", "RTM_DELLINK"):
-                            self._link_msg(m, now)
+                    self._netlink(now)
                 else:
                     self.driver.handle(fd, now)
             now = time.monotonic()

@@ -147,6 +147,10 @@ class Runtime:
     def agent_log(self, node: str) -> Path:
         return self.log_dir / f"{node}.agent.log"
 
+    def log_files(self) -> dict[str, Path]:
+        """The lab's logs (agents, FRR) by file name, for keeping beside experiment results."""
+        return {p.name: p for p in sorted(self.log_dir.glob("*.log"))}
+
     def shell_argv(self, node: str, shell: str) -> list[str]:
         return self.exec_argv(node, [shell])
 

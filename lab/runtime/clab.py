@@ -114,6 +114,9 @@ class ClabRuntime(Runtime):
     def agent_log(self, node: str) -> Path:
         return self.node_run_dir(node) / "agent.log"
 
+    def log_files(self) -> dict[str, Path]:
+        return {f"{p.parent.parent.name}.agent.log": p for p in sorted(self.config_dir.glob("*/run/agent.log"))}
+
     def docker_exec(self, node: str, argv: list[str], detach: bool = False, tty: bool = False) -> list[str]:
         flags = (["-d"] if detach else []) + (["-it"] if tty else [])
         return [DOCKER, "exec", *flags, container(self.lab, node), *argv]

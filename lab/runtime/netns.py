@@ -31,11 +31,21 @@ def load_nodes(config_dir: Path) -> tuple[dict, dict[str, dict]]:
     return topo, cfgs
 
 
+IFINDEX_BASE = 1000
+
+
 def link_batch(lab: str, links: list[dict]) -> list[str]:
-    """One ``ip -batch`` line per veth pair, both ends born in their node namespaces with their MACs."""
-    return [f"link add {lk['a']['iface']} netns {lab}-{lk['a']['node']} address {lk['a']['mac']} type veth "
-            f"peer name {lk['b']['iface']} netns {lab}-{lk['b']['node']} address {lk['b']['mac']}"
-            for lk in links]
+    """One ``ip -batch`` line per veth pair, both ends born in their node namespaces with their MACs.
+
+    Each end gets its own lab-wide ifindex. Left to the kernel, both ends of a pair often get the same
+    number in their own namespaces (2 and 2), and then the kernel's linkwatch takes a veth for a device
+    without a lower link and batches its carrier-down events up to a second: a ToR (and zebra, and the
+    FIB's linkdown flag) learnt of a flapping host link half a second late.
+    """
+    return [f"link add {lk['a']['iface']} netns {lab}-{lk['a']['node']} index {IFINDEX_BASE + 2 * i} "
+            f"address {lk['a']['mac']} type veth peer name {lk['b']['iface']} netns {lab}-{lk['b']['node']} "
+            f"index {IFINDEX_BASE + 2 * i + 1} address {lk['b']['mac']}"
+            for i, lk in enumerate(links)]
 
 
 class NetnsRuntime(Runtime):
