@@ -68,12 +68,15 @@ def deploy(topo: Path) -> None:
         link = NETNS / cname
         link.unlink(missing_ok=True)
         link.symlink_to(f"/proc/{pid}/ns/net")
+    # containerlab makes each pair in the root namespace and moves the ends, so they keep distinct
+    # ifindexes; created straight in the namespaces, give them distinct ones (equal ones make the kernel
+    # delay carrier-down events up to 1 s, see lab/runtime/netns.py).
     batch = []
-    for lk in t["topology"]["links"]:
+    for i, lk in enumerate(t["topology"]["links"]):
         a, b = lk["endpoints"]
         na, nb = f"clab-{lab}-{a['node']}", f"clab-{lab}-{b['node']}"
-        batch.append(f"link add {a['interface']} netns {na} address {a['mac']} type veth "
-                     f"peer name {b['interface']} netns {nb} address {b['mac']}")
+        batch.append(f"link add {a['interface']} netns {na} index {1000 + 2 * i} address {a['mac']} type veth "
+                     f"peer name {b['interface']} netns {nb} index {1001 + 2 * i} address {b['mac']}")
     sh("ip", "-batch", "-", input="\n".join(batch) + "\n")
     for lk in t["topology"]["links"]:
         for e in lk["endpoints"]:
