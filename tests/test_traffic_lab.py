@@ -230,6 +230,16 @@ def test_link_failure_dual_tor_bounded_single_tor_halts(tmp_path):
     assert res["probe_rate"]["max_rate_error_pct"] < 10
 
 
+def test_link_flap_withdraws_at_every_flap_in_clos(tmp_path):
+    """Regression: equal ifindexes on a veth's two ends let the kernel hold carrier-down events up to
+    1 s, so from the second flap on the ToR never withdrew the /32 (528 ms per flap; now ~130 ms)."""
+    _need_lab_machine()
+    res = _run("link-flap", tmp_path / "flap", "--variants", "dual-tor-clos")
+    down = _fault(res, "dual-tor-clos")["streams"]["downstream"]
+    assert 0 < down["longest_gap_ms"] < 300, down
+    assert down["recovered"] and down["blackholed_flows"] == 0, down
+
+
 def test_ablations_each_worse_than_full(tmp_path):
     _need_lab_machine()
     res = _run("ablations", tmp_path / "abl")
