@@ -82,7 +82,7 @@ def resolve_lab(args) -> str:
 
 
 def load_cfgs(rt: Runtime) -> dict[str, dict]:
-    from lab.runtime.netns import load_nodes
+    from lab.runtime.base import load_nodes
 
     if not (rt.config_dir / "topology.json").exists():
         raise RuntimeFailure(f"lab '{rt.lab}' is not running (no {rt.config_dir / 'topology.json'})")
@@ -221,7 +221,7 @@ def verify_cmd(args) -> int:
 def status(args) -> int:
     from lab import verify
     from lab.runtime.base import pid_alive
-    from lab.runtime.netns import FRR_DAEMONS
+    from lab.runtime.base import FRR_DAEMONS
 
     need_root("hpnlab status")
     lab = resolve_lab(args)

@@ -17,6 +17,14 @@ from lab.errors import RuntimeFailure
 
 STATE_ROOT = Path(os.environ.get("HPNLAB_STATE_ROOT", "/run/hpnlab"))
 Progress = Callable[[str], None]
+FRR_DAEMONS = ("zebra", "staticd", "bgpd", "bfdd")  # what every router runs (bfdd only with BFD on)
+
+
+def load_nodes(config_dir: Path) -> tuple[dict, dict[str, dict]]:
+    """A rendered lab: topology.json and every node's node.json."""
+    topo = json.loads((config_dir / "topology.json").read_text())
+    cfgs = {n["name"]: json.loads((config_dir / n["name"] / "node.json").read_text()) for n in topo["nodes"]}
+    return topo, cfgs
 
 
 def state_dir(lab: str) -> Path:

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from lab import nodesetup
 from lab.errors import RuntimeFailure
-from lab.runtime.base import Progress, Runtime, cmdline, kill_pids, run
-from lab.runtime.netns import FRR_DAEMONS
+from lab.runtime.base import FRR_DAEMONS, Progress, Runtime, cmdline, kill_pids, load_nodes, run
 
 CLAB = "containerlab"
 DOCKER = "docker"
@@ -147,8 +146,6 @@ class ClabRuntime(Runtime):
                                  f"'containerlab destroy --name {self.lab}' or choose another lab name")
 
     def deploy(self, config_dir: Path, progress: Progress) -> None:
-        from lab.runtime.netns import load_nodes
-
         topo, cfgs = load_nodes(config_dir)
         self._refuse_foreign(list(cfgs))
         st = self.state

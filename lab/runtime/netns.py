@@ -7,7 +7,6 @@ Everything it creates is named ``<lab>-<node>`` or lives under /run/hpnlab/<lab>
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -18,17 +17,10 @@ from pathlib import Path
 
 from lab import nodesetup
 from lab.errors import RuntimeFailure
-from lab.runtime.base import Progress, Runtime, kill_pids, run
+from lab.runtime.base import FRR_DAEMONS, Progress, Runtime, kill_pids, load_nodes, run
 
 FRR_BIN = Path("/usr/lib/frr")
 FRR_RUN = Path("/var/run/frr")
-FRR_DAEMONS = ("zebra", "staticd", "bgpd", "bfdd")
-
-
-def load_nodes(config_dir: Path) -> tuple[dict, dict[str, dict]]:
-    topo = json.loads((config_dir / "topology.json").read_text())
-    cfgs = {n["name"]: json.loads((config_dir / n["name"] / "node.json").read_text()) for n in topo["nodes"]}
-    return topo, cfgs
 
 
 IFINDEX_BASE = 1000
