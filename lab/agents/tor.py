@@ -74,13 +74,16 @@ class TorAgent:
                 self._neigh(*parse_neigh(payload), deleted=mtype == RTM_DELNEIGH)
             elif mtype in (RTM_NEWLINK, RTM_DELLINK):
                 links = True
-        if links:  # carrier as it is now, for every host port (a handful of sysfs reads)
-            for p in self.ports:
-                p.set_enabled(carrier(p.iface), now)
+        if links:
+            self.read_carriers(now)
 
-    def resync(self, now: float) -> None:
+    def read_carriers(self, now: float) -> None:
+        """Carrier as it is now, for every host port (a handful of sysfs reads)."""
         for p in self.ports:
             p.set_enabled(carrier(p.iface), now)
+
+    def resync(self, now: float) -> None:
+        self.read_carriers(now)
         self.resync_neighbours()
 
     def resync_neighbours(self) -> None:
@@ -155,8 +158,7 @@ class TorAgent:
             self.reconcile()
             if self.changes != before or now - last_status >= 1.0:
                 if now - last_status >= 1.0:  # safety net for a missed link event
-                    for p in self.ports:
-                        p.set_enabled(carrier(p.iface), now)
+                    self.read_carriers(now)
                 if now - last_resync >= NEIGH_RESYNC:  # safety net: the kernel's table is the truth
                     self.resync_neighbours()
                     self.reconcile()
