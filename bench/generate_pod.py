@@ -20,7 +20,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         for i in range(3):
             t0 = time.monotonic()
-            subprocess.run([sys.executable, "-m", "lab.cli", "generate", str(spec), "--out", f"{d}/pod"],
+            subprocess.run([sys.executable, "-m", "hpnlab.cli", "generate", str(spec), "--out", f"{d}/pod"],
                            check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
             runs.append(time.monotonic() - t0)
         files = sum(1 for _ in Path(d, "pod").rglob("*") if _.is_file())

@@ -36,12 +36,12 @@ def mem_kb(pid: int) -> tuple[int, int]:
 
 
 def measure(spec: str | None, runs: int, runtime: str) -> None:
-    from lab.spec import load_spec
+    from hpnlab.spec import load_spec
 
     sp = load_spec(spec)
     times = []
     for i in range(runs):
-        argv = [sys.executable, "-m", "lab.cli", "up", "--json", "--timeout", "300", "--runtime", runtime] + \
+        argv = [sys.executable, "-m", "hpnlab.cli", "up", "--json", "--timeout", "300", "--runtime", runtime] + \
             ([spec] if spec else [])
         t0 = time.monotonic()
         r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
@@ -51,9 +51,9 @@ def measure(spec: str | None, runs: int, runtime: str) -> None:
             return
         times.append(dt)
         if i == runs - 1:
-            from lab.commands import open_runtime
+            from hpnlab.orchestrate import open_lab
 
-            rt = open_runtime(sp.name)
+            rt, _ = open_lab(sp.name)
             per_router: dict[str, list[int]] = {}
             for pid, ns in rt.frr_pids().items():
                 r_, p_ = mem_kb(pid)
@@ -78,7 +78,7 @@ def measure(spec: str | None, runs: int, runtime: str) -> None:
                 if vals:
                     print(f"  {role} agent: RSS max {max(v[0] for v in vals) / 1024:.1f} MB, "
                           f"PSS max {max(v[1] for v in vals) / 1024:.1f} MB")
-        subprocess.run([sys.executable, "-m", "lab.cli", "down", "--lab", sp.name], cwd=ROOT,
+        subprocess.run([sys.executable, "-m", "hpnlab.cli", "down", "--lab", sp.name], cwd=ROOT,
                        capture_output=True)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: does the probe sender hold its requested rate? (target: within 2 % up to 20k packets/s)
 
-Two throw-away namespaces joined by one veth (no lab, no FRR), sender and receiver from traffic.probe at
+Two throw-away namespaces joined by one veth (no lab, no FRR), sender and receiver from hpnlab.node.probe at
 several total rates; prints requested vs achieved rate, the worst lag behind schedule, and loss.
 Needs root. Usage: sudo .venv/bin/python bench/probe_rate.py [--seconds 5] [--rates 5000,10000,20000]
 """
@@ -41,10 +41,10 @@ def teardown() -> None:
 
 def one(rate_total: int, flows: int, seconds: float, tmp: Path) -> dict:
     t0 = time.time() + 0.8
-    rx = subprocess.Popen(["ip", "netns", "exec", NS[1], sys.executable, "-m", "traffic.probe", "recv", "--bind",
+    rx = subprocess.Popen(["ip", "netns", "exec", NS[1], sys.executable, "-m", "hpnlab.node.probe", "recv", "--bind",
                            "192.0.2.2", "--port", "9999", "--duration", str(seconds + 1.5), "--start-at", str(t0),
                            "--out", str(tmp / "rx.json")], cwd=ROOT)
-    subprocess.run(["ip", "netns", "exec", NS[0], sys.executable, "-m", "traffic.probe", "send", "--src", "192.0.2.1",
+    subprocess.run(["ip", "netns", "exec", NS[0], sys.executable, "-m", "hpnlab.node.probe", "send", "--src", "192.0.2.1",
                     "--dst", "192.0.2.2", "--dport", "9999", "--flows", str(flows), "--rate",
                     str(rate_total / flows), "--duration", str(seconds), "--start-at", str(t0),
                     "--out", str(tmp / "tx.json")], cwd=ROOT, check=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from lab.spec import Spec
+from hpnlab.spec import Spec
 
 
 @dataclass(frozen=True)

@@ -15,3 +15,7 @@ class RuntimeFailure(HpnlabError):
     """Deploying, checking or tearing down a lab failed; the message says which step."""
 
     exit_code = 1
+
+
+class StateError(RuntimeFailure):
+    """A running lab's own files (state.json, node.json) are missing or damaged."""

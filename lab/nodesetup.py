@@ -91,7 +91,7 @@ def nft_ruleset(cfg: dict, driver: str = "userspace") -> str | None:
 
 
 def agent_module(cfg: dict) -> str | None:
-    return {"tor": "lab.agents.tor", "host": "lab.agents.host"}.get(cfg["role"])
+    return {"tor": "hpnlab.node.tor", "host": "hpnlab.node.host"}.get(cfg["role"])
 
 
 def bonding_available() -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from html import escape
 
-from lab.topology import Topology
+from hpnlab.topology import Topology
 
 PLANE_COLOURS = {0: "#1f77b4", 1: "#e6772e", None: "#555555"}
 DETAIL_LIMIT = 600  # links

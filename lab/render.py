@@ -11,12 +11,13 @@ from pathlib import Path
 
 import jinja2
 
-from lab import __version__
-from lab.errors import SpecError
-from lab.picture import fabric_svg
-from lab.topology import IFNAMSIZ, Link, Node, Topology, check_interface_names, summary
+from hpnlab import __version__, frr
+from hpnlab.errors import SpecError
+from hpnlab.paths import data_dir
+from hpnlab.picture import fabric_svg
+from hpnlab.topology import IFNAMSIZ, Link, Node, Topology, check_interface_names, summary
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = data_dir("templates")
 HOST_ROUTE_TABLE = 10
 IMAGES = {"router": f"hpnlab/router:{__version__}", "host": f"hpnlab/host:{__version__}"}
 ROUTER_SYSCTLS = {
@@ -121,7 +122,7 @@ def render(topo: Topology) -> dict[str, str]:
             continue
         ctx = {"node": node, "spec": spec, "fabric_ifaces": cfg["fabric_ifaces"], "table": HOST_ROUTE_TABLE}
         files[f"{node.name}/frr.conf"] = templates[node.role].render(ctx)
-        files[f"{node.name}/daemons"] = daemons.render(ctx)
+        files[f"{node.name}/daemons"] = daemons.render(ctx, frr=frr.daemons_file(spec.bfd.enabled))
     summ = summary(topo)
     files[f"{topo.name}.clab.yml"] = env.get_template("clab/topology.clab.yml.j2").render(
         topo=topo, summary=summ, images=IMAGES, version=__version__,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
 from pathlib import Path
@@ -10,12 +11,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lab.errors import SpecError
+from hpnlab.errors import SpecError
+from hpnlab.paths import data_dir
 
 VIRTUAL_MAC = "00:00:5e:00:01:01"
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
-NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+NAME_RE = re.compile(r"[a-z][a-z0-9]{0,9}")  # always fullmatch: '$' would accept a trailing newline
+NAME_RULE = ("must be 1-10 characters, lowercase letters and digits, starting with a letter "
+             "(it prefixes namespaces and container names)")
+EXAMPLES = data_dir("examples")
 DEFAULT_SPEC = EXAMPLES / "default.yml"
 
 
@@ -70,7 +74,7 @@ class LACP(_Strict):
     @classmethod
     def _mac(cls, v: str) -> str:
         v = v.lower()
-        if not MAC_RE.match(v):
+        if not MAC_RE.fullmatch(v):
             raise ValueError("must be a MAC like 00:00:5e:00:01:01")
         if int(v[:2], 16) & 1:
             raise ValueError("must be a unicast MAC (first octet even)")
@@ -133,9 +137,8 @@ class Spec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError("must be 1-10 characters, lowercase letters and digits, starting with a letter "
-                             "(it prefixes namespaces and container names)")
+        if not NAME_RE.fullmatch(v):
+            raise ValueError(NAME_RULE)
         return v
 
     @model_validator(mode="after")
@@ -188,6 +191,15 @@ class Spec(_Strict):
         return self.tor_count() + self.agg_count() + self.core_count()
 
 
+def check_lab_name(name: str, field: str = "lab name") -> str:
+    """A lab name wherever it enters (spec, --lab, the API): never a path, never a shell word."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        shown = repr(name[:40]) + ("..." if isinstance(name, str) and len(name) > 40 else "") \
+            if isinstance(name, str) else repr(name)
+        raise SpecError(f"{field} {shown}: {NAME_RULE}")
+    return name
+
+
 def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc) or "spec"
 
@@ -217,8 +229,21 @@ def parse_spec(data: Any, source: str = "spec") -> Spec:
         raise SpecError(f"{source}: {_format_error(err)}") from None
 
 
-def load_spec(path: str | Path | None = None) -> Spec:
-    p = Path(path) if path else DEFAULT_SPEC
+def find_spec(path: str | Path | None) -> Path:
+    """A spec file: the path given, or a shipped example by name ('clos', 'segment.yml'); default: default.yml."""
+    if not path:
+        return DEFAULT_SPEC
+    p = Path(path)
+    if not p.exists():
+        for cand in (EXAMPLES / str(path), EXAMPLES / f"{path}.yml"):
+            if cand.is_file():
+                return cand
+    return p
+
+
+def load_spec_data(path: str | Path | None = None) -> tuple[Any, str]:
+    """The YAML of a spec file, unvalidated (for merging overrides), and the name to report it by."""
+    p = find_spec(path)
     try:
         text = p.read_text()
     except FileNotFoundError:
@@ -231,4 +256,17 @@ def load_spec(path: str | Path | None = None) -> Spec:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise SpecError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', None) or e}") from None
-    return parse_spec(data, str(p))
+    return data, str(p)
+
+
+def merge(base: Any, over: dict) -> dict:
+    """``over`` merged into ``base`` key by key (nested mappings merged, everything else replaced)."""
+    out = copy.deepcopy(base) if isinstance(base, dict) else {}
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def load_spec(path: str | Path | None = None) -> Spec:
+    data, where = load_spec_data(path)
+    return parse_spec(data, where)

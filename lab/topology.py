@@ -12,7 +12,7 @@ import ipaddress
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
-from lab.spec import Spec
+from hpnlab.spec import Spec
 
 IFNAMSIZ = 15
 

@@ -11,7 +11,8 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from lab.runtime.base import Runtime, pid_alive
+from hpnlab.proc import pid_alive
+from hpnlab.runtime.base import Runtime
 
 HEARTBEAT_MAX_AGE = 3.0
 
@@ -28,7 +29,7 @@ def read_status(rt: Runtime, node: str) -> dict | None:
 
 
 def bonded(rt: Runtime, cfg: dict) -> bool:
-    return cfg["role"] == "host" and rt.state.data.get("host_driver") == "bond"
+    return cfg["role"] == "host" and rt.state.data.host_driver == "bond"
 
 
 def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
@@ -80,7 +81,7 @@ def check_lacp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
 
 def check_bond(rt: Runtime, node: str, cfg: dict) -> dict:
     """Kernel 802.3ad host: both slaves in one aggregator whose partner is the shared virtual system."""
-    from lab.nodesetup import bond_name, parse_bonding
+    from hpnlab.nodesetup import bond_name, parse_bonding
 
     problems, parts = [], []
     for nic in cfg["nics"]:

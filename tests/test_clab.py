@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab.errors import RuntimeFailure
-from lab.render import IMAGES, render
-from lab.runtime import clab
-from lab.spec import load_spec
-from lab.topology import build
+from hpnlab.errors import RuntimeFailure
+from hpnlab.render import IMAGES, render
+from hpnlab.runtime import clab
+from hpnlab.spec import load_spec
+from hpnlab.topology import build
 from tests.conftest import ROOT
 
 ROW = {"lab_name": "hpn", "name": "clab-hpn-s0r0a", "container_id": "82e9aa3c7e6b", "image": IMAGES["router"],
@@ -58,7 +58,7 @@ def test_malformed_inspect_is_a_clear_error(text, msg):
 
 # --- argv: what the runtime hands to the binaries ----------------------------------------------------------
 def test_runtime_argv_goes_through_container_netns_and_docker_exec(tmp_path, monkeypatch):
-    monkeypatch.setattr("lab.runtime.base.STATE_ROOT", tmp_path)
+    monkeypatch.setattr("hpnlab.runtime.base.STATE_ROOT", tmp_path)
     rt = clab.ClabRuntime("hpn")
     assert rt.netns("s0h0") == "clab-hpn-s0h0"
     assert rt.exec_argv("s0h0", ["ping", "-c1", "10.0.2.2"]) == ["ip", "netns", "exec", "clab-hpn-s0h0", "ping",
@@ -88,7 +88,7 @@ def test_generated_binds_match_where_the_runtime_reads_agent_status():
 
 # --- images ------------------------------------------------------------------------------------------------
 def test_image_build_and_base_commands():
-    from lab import images
+    from hpnlab import containers as images
 
     argv = images.build_argv("router", "hpnlab/base:bookworm")
     assert argv[:4] == ["docker", "build", "-t", IMAGES["router"]]
@@ -98,7 +98,7 @@ def test_image_build_and_base_commands():
     include = deb[2].split("=", 1)[1].split(",")
     assert {"frr", "python3-pyroute2", "iperf3", "nftables"} <= set(include)
     text = (ROOT / "docker" / "Dockerfile").read_text()
-    assert "docker/${ROLE}/packages" in text and "COPY lab /opt/hpnlab/lab" in text
+    assert "docker/${ROLE}/packages" in text and "COPY lab/node /opt/hpnlab/hpnlab/node" in text
     assert "frr" in images.packages("router") and "iperf3" in images.packages("host")
 
 
@@ -171,7 +171,7 @@ def fake(tmp_path):
             self.env, self.state, self.spec, self.bin = env, state, spec, bin_dir
 
         def hpnlab(self, *args, timeout=60, **extra):
-            return subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True,
+            return subprocess.run([sys.executable, "-m", "hpnlab.cli", *args], capture_output=True, text=True,
                                   cwd=ROOT, env={**self.env, **extra}, timeout=timeout)
 
         def calls(self) -> list[str]:
@@ -245,7 +245,7 @@ def test_same_named_containerlab_lab_is_never_adopted(fake):
 
 def _fake_running_lab(fake) -> Path:
     """A lab state as a clab deploy leaves it, without containers (for status/down paths)."""
-    from lab import render as rnd
+    from hpnlab import render as rnd
 
     cfg = fake.state / "fk" / "config"
     rnd.write(rnd.render(build(load_spec(fake.spec))), cfg)

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from lab.cli import main
+from hpnlab.cli import main
 from tests.conftest import ROOT
 from tests.test_spec import BAD
 
@@ -49,7 +49,7 @@ def test_missing_and_malformed_files(tmp_path, capsys):
 def test_subprocess_exit_code_and_no_traceback(tmp_path):
     spec = tmp_path / "bad.yml"
     spec.write_text("name: t\nlacp: {port_offsets: {a: 300, b: 300}}\n")
-    r = subprocess.run([sys.executable, "-m", "lab.cli", "generate", str(spec), "--out", str(tmp_path / "o")],
+    r = subprocess.run([sys.executable, "-m", "hpnlab.cli", "generate", str(spec), "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "port_offsets" in r.stderr
     assert r.stderr.count("\n") == 1

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import EXAMPLES, ROOT
 
 VMAC = "00:00:5e:00:01:01"
-HPN = [sys.executable, "-m", "lab.cli"]
+HPN = [sys.executable, "-m", "hpnlab.cli"]
 
 
 def _need_lab_machine():
@@ -78,7 +78,7 @@ def leftovers(lab: str) -> list[str]:
             except OSError:
                 continue
             if f"{lab}-".encode() in b" ".join(cmd) and (b"/usr/lib/frr/" in cmd[0] or
-                                                          any(b"lab.agents" in c for c in cmd)):
+                                                          any(b"hpnlab.node." in c for c in cmd)):
                 out.append(f"process {proc.name} {cmd[0].decode()}")
     tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
     out += [f"root nft {t}" for t in tables.splitlines() if "hpnlab" in t]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.agents import lacp
+from hpnlab.node import lacp
 
 VMAC = "00:00:5e:00:01:01"
 
@@ -136,7 +136,7 @@ def test_rtnetlink_neighbour_messages_parse():
     import socket
     import struct
 
-    from lab.agents.common import RTM_DELNEIGH, RTM_NEWLINK, parse_neigh, split_nl
+    from hpnlab.node.agent import RTM_DELNEIGH, RTM_NEWLINK, parse_neigh, split_nl
 
     def msg(mtype: int, payload: bytes) -> bytes:
         m = struct.pack("=IHHII", 16 + len(payload), mtype, 0, 0, 0) + payload

@@ -2,11 +2,11 @@
 
 import json
 
-from lab.agents.host import route_lines
-from lab.nodesetup import ip_batch, nft_ruleset, sysctls
-from lab.render import render
-from lab.spec import load_spec, parse_spec
-from lab.topology import build
+from hpnlab.node.host import route_lines
+from hpnlab.nodesetup import ip_batch, nft_ruleset, sysctls
+from hpnlab.render import render
+from hpnlab.spec import load_spec, parse_spec
+from hpnlab.topology import build
 
 
 def cfg(node, spec=None):
@@ -92,7 +92,7 @@ details partner lacp pdu:
 
 
 def test_parse_bonding_partner_details():
-    from lab.nodesetup import parse_bonding
+    from hpnlab.nodesetup import parse_bonding
 
     s = parse_bonding(BONDING)
     assert [(x["slave"], x["aggregator"], x["partner_system"], x["partner_port"]) for x in s] == [
@@ -100,7 +100,7 @@ def test_parse_bonding_partner_details():
 
 
 def test_host_driver_choice():
-    from lab.nodesetup import host_driver
+    from hpnlab.nodesetup import host_driver
 
     assert host_driver("auto", bonding=False) == "userspace"
     assert host_driver("auto", bonding=True) == "bond"
@@ -111,7 +111,7 @@ def test_veth_ends_get_distinct_lab_wide_ifindexes():
     """Equal ifindexes on the two ends make the kernel batch a veth's carrier-down events up to 1 s."""
     import re
 
-    from lab.runtime.netns import link_batch
+    from hpnlab.runtime.netns import link_batch
 
     topo = build(load_spec()).to_dict()
     lines = link_batch("hpn", topo["links"])

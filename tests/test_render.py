@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 import yaml
 
-from lab.render import render, write
-from lab.spec import load_spec, parse_spec
-from lab.topology import build
+from hpnlab.render import render, write
+from hpnlab.spec import load_spec, parse_spec
+from hpnlab.topology import build
 from tests.conftest import EXAMPLES
 
 SPECS = {
@@ -112,7 +112,7 @@ def test_render_is_deterministic():
 
 def test_write_refuses_foreign_dir(tmp_path):
     (tmp_path / "mine.txt").write_text("keep me")
-    from lab.errors import SpecError
+    from hpnlab.errors import SpecError
 
     with pytest.raises(SpecError, match="not made by hpnlab"):
         write({"topology.json": "{}"}, tmp_path)

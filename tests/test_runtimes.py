@@ -72,7 +72,7 @@ def docker_engine():
 
 
 def _build_images(base: str | None) -> None:
-    argv = [sys.executable, "-m", "lab.cli", "images", "build"] + (["--base", base] if base else [])
+    argv = [sys.executable, "-m", "hpnlab.cli", "images", "build"] + (["--base", base] if base else [])
     r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=1800)
     if r.returncode != 0:
         raise AssertionError(f"hpnlab images build failed:\n{r.stderr[-2000:]}")
@@ -88,10 +88,10 @@ def _env_for(runtime: str, docker_engine_fixture, sim_dir: Path) -> dict:
         _build_images(None)
     elif runtime == "docker":
         docker_engine_fixture()
-        from lab import images
+        from hpnlab import containers as images
 
         if not images.image_exists(images.BASE_TAG):
-            r = subprocess.run([sys.executable, "-m", "lab.cli", "images", "base"], capture_output=True,
+            r = subprocess.run([sys.executable, "-m", "hpnlab.cli", "images", "base"], capture_output=True,
                                text=True, cwd=ROOT, timeout=1200)
             if r.returncode != 0:
                 _skip(f"no base image and debootstrap failed: {r.stderr.strip().splitlines()[-1:]}")
@@ -121,7 +121,7 @@ class Lab:
         self.runtime, self.name, self.env = runtime, name, env
 
     def hpnlab(self, *args, timeout=240, check=True) -> subprocess.CompletedProcess:
-        r = subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True, cwd=ROOT,
+        r = subprocess.run([sys.executable, "-m", "hpnlab.cli", *args], capture_output=True, text=True, cwd=ROOT,
                            env=self.env, timeout=timeout)
         if check and r.returncode != 0:
             raise AssertionError(f"[{self.runtime}] hpnlab {' '.join(args)} -> {r.returncode}\n"

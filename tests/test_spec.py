@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab.errors import SpecError
-from lab.spec import load_spec, parse_spec
+from hpnlab.errors import SpecError
+from hpnlab.spec import load_spec, parse_spec
 from tests.conftest import EXAMPLES
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.errors import SpecError
-from traffic import experiment, faults, measure, probe, routemon
-from traffic.runner import launch_plan
+from hpnlab.errors import SpecError
+from hpnlab.node import probe
+from hpnlab.traffic import experiment, faults, measure, routemon
+from hpnlab.traffic.runner import launch_plan
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -155,11 +156,11 @@ def test_bad_experiments_fail_with_one_line(tmp_path, text, msg):
 
 def test_run_with_bad_experiment_exits_2_without_traceback_or_root(tmp_path):
     p = _write(tmp_path, "name: x\nfaults: [{kind: meteor, node: s0h0}]\n")
-    r = subprocess.run([sys.executable, "-m", "lab.cli", "run", str(p), "--out", str(tmp_path / "o")],
+    r = subprocess.run([sys.executable, "-m", "hpnlab.cli", "run", str(p), "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not (tmp_path / "o").exists()
-    r = subprocess.run([sys.executable, "-m", "lab.cli", "run", "link-failure", "--variants", "nope",
+    r = subprocess.run([sys.executable, "-m", "hpnlab.cli", "run", "link-failure", "--variants", "nope",
                         "--out", str(tmp_path / "o")], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and "--variants: 'nope'" in r.stderr
 

@@ -5,7 +5,6 @@ and interface of its variant's lab), so a typo fails in a second with one line, 
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -13,11 +12,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lab.errors import SpecError
-from lab.spec import Spec, _field_path, parse_spec
-from traffic import faults as faultmod
+from hpnlab.errors import SpecError
+from hpnlab.paths import data_dir
+from hpnlab.spec import Spec, _field_path, merge, parse_spec
+from hpnlab.traffic import faults as faultmod
 
-REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = data_dir("experiments")
+EXAMPLES = data_dir("examples")
 
 
 class _Strict(BaseModel):
@@ -93,16 +94,9 @@ class Experiment:
         return self.doc.name
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
-    return out
-
-
 def node_configs(spec: Spec) -> dict[str, dict]:
     """The node.json of every node, exactly as a deploy renders them (pure)."""
-    from lab import render, topology
+    from hpnlab import render, topology
 
     files = render.render(topology.build(spec))
     return {p.split("/")[0]: json.loads(t) for p, t in files.items() if p.endswith("/node.json")}
@@ -119,13 +113,22 @@ def _check_hosts(where: str, names: list[str | None], cfgs: dict[str, dict], rai
             raise SpecError(f"{where}.rail: host {n} has no rail {rail}")
 
 
+def find(name: str | Path) -> Path:
+    """An experiment file: the path given, or the name of a shipped one (``link-failure``)."""
+    path = Path(name)
+    for cand in (path, EXPERIMENTS / str(name), EXPERIMENTS / f"{name}.yml"):
+        if cand.is_file():
+            return cand
+    return path
+
+
 def load(path: str | Path, only: list[str] | None = None, repetitions: int | None = None,
          duration: float | None = None) -> Experiment:
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text())
     except FileNotFoundError:
-        raise SpecError(f"experiment file '{p}' not found (shipped ones are in {REPO / 'experiments'})") from None
+        raise SpecError(f"experiment file '{p}' not found (shipped ones are in {EXPERIMENTS})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise SpecError(f"{p}: malformed YAML" + (f" at line {mark.line + 1}" if mark else "")) from None
@@ -148,7 +151,7 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         unknown = [v for v in only if v not in names]
         if unknown:
             raise SpecError(f"--variants: '{unknown[0]}' is not in {p.name}; it has {', '.join(names)}")
-    base_path = (p.parent / doc.spec) if doc.spec else REPO / "examples" / "default.yml"
+    base_path = (p.parent / doc.spec) if doc.spec else EXAMPLES / "default.yml"
     try:
         base = yaml.safe_load(base_path.read_text()) or {}
     except FileNotFoundError:
@@ -158,7 +161,7 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         if only and v.name not in only:
             continue
         where = f"{p.name}: variants.{i} ({v.name})"
-        merged = _merge(base, v.spec)
+        merged = merge(base, v.spec)
         merged["name"] = f"{doc.lab_prefix}{i}"
         spec = parse_spec(merged, where + " spec")
         cfgs = node_configs(spec)

@@ -12,8 +12,10 @@ import signal
 import threading
 from dataclasses import dataclass, field
 
-from lab.errors import SpecError
-from lab.runtime.base import Runtime, cmdline, run
+from hpnlab.errors import SpecError
+from hpnlab.models import FaultRecord
+from hpnlab.proc import cmdline, run
+from hpnlab.runtime.base import Runtime
 
 KINDS = {
     "link-down": "set an interface down (the peer loses carrier); revert: up",
@@ -128,7 +130,7 @@ class Injector:
 
     # --- bookkeeping in state.json ---------------------------------------------------------------------
     def _record(self) -> None:
-        self.rt.state.data["faults"] = [f.to_dict() for f in self.active]
+        self.rt.state.data.faults = [FaultRecord(**f.to_dict()) for f in self.active]
         self.rt.state.save()
 
     def _ifaces(self, node: str) -> list[str]:
@@ -233,10 +235,10 @@ def revert_recorded(rt: Runtime, d: dict, cfgs: dict[str, dict]) -> None:
 
 def revert_state(rt: Runtime, cfgs: dict[str, dict]) -> int:
     """Undo every fault recorded in state.json (``hpnlab fail --clear``, or after a crashed run)."""
-    recorded = rt.state.data.get("faults", [])
+    recorded = [f.model_dump() for f in rt.state.data.faults]
     for d in reversed(recorded):
         revert_recorded(rt, d, cfgs)
-    rt.state.data["faults"] = []
+    rt.state.data.faults = []
     rt.state.save()
     return len(recorded)
 

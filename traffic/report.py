@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from traffic import measure
-from traffic.experiment import Plan
+from hpnlab.traffic import measure
+from hpnlab.traffic.experiment import Plan
 
 METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows", "converged_gap_ms",
            "lost_after_repair_1s", "recovery_after_repair_ms")
@@ -240,7 +240,7 @@ def _rebin(series: list, width: float) -> tuple[list[float], list[float]]:
     bins: dict[int, float] = {}
     if not series:
         return [], []
-    from traffic.probe import BIN_MS
+    from hpnlab.node.probe import BIN_MS
 
     step = BIN_MS / 1000  # the receiver's bins: rate * step = packets
     for t, r in series:

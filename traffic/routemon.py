@@ -11,7 +11,7 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-from lab.runtime.base import Runtime
+from hpnlab.runtime.base import Runtime
 
 LINE = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\]\s+(?P<del>Deleted\s+)?(?P<type>blackhole\s+|unreachable\s+)?(?P<dst>[0-9./]+)\s(?P<rest>.*)$")
 

@@ -16,13 +16,15 @@ import sys
 import time
 from pathlib import Path
 
-from lab.errors import RuntimeFailure
-from lab.runtime.base import Runtime, kill_pids
-from traffic import faults as faultmod
-from traffic import measure, routemon
-from traffic.experiment import Experiment, Plan
+from hpnlab.errors import RuntimeFailure
+from hpnlab.orchestrate import bring_up, wait_healthy
+from hpnlab.proc import kill_pids
+from hpnlab.runtime.base import Runtime
+from hpnlab.verify import complete
+from hpnlab.traffic import faults as faultmod
+from hpnlab.traffic import measure, routemon
+from hpnlab.traffic.experiment import Experiment, Plan
 
-PKG_ROOT = str(Path(__file__).resolve().parents[1])
 START_SLACK = 2.0  # seconds between launching the processes and t0 (all-reduce ring connects meanwhile)
 
 
@@ -61,10 +63,6 @@ class Bar:
             self.last = ""
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": PKG_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[dict]:
     """Every process of one repetition as {node, argv, out, role} (pure: unit-tested without root)."""
     py = sys.executable
@@ -73,11 +71,11 @@ def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[d
         src, dst = plan.host_ip(pr.src, pr.rail), plan.host_ip(pr.dst, pr.rail)
         port = 9000 + i
         procs.append({"role": "receiver", "probe": pr.name, "node": pr.dst, "out": str(run_dir / f"probe-{i}.rx.json"),
-                      "argv": [py, "-m", "traffic.probe", "recv", "--bind", dst, "--port", str(port),
+                      "argv": [py, "-m", "hpnlab.node.probe", "recv", "--bind", dst, "--port", str(port),
                                "--duration", f"{duration + 1.5:g}", "--start-at", f"{t0:.3f}",
                                "--out", str(run_dir / f"probe-{i}.rx.json")]})
         procs.append({"role": "sender", "probe": pr.name, "node": pr.src, "out": str(run_dir / f"probe-{i}.tx.json"),
-                      "argv": [py, "-m", "traffic.probe", "send", "--src", src, "--dst", dst, "--dport", str(port),
+                      "argv": [py, "-m", "hpnlab.node.probe", "send", "--src", src, "--dst", dst, "--dport", str(port),
                                "--flows", str(pr.flows), "--rate", f"{pr.rate:g}", "--size", str(pr.size),
                                "--sport-base", str(20000 + 1000 * i), "--duration", f"{duration:g}",
                                "--start-at", f"{t0:.3f}", "--out", str(run_dir / f"probe-{i}.tx.json")]})
@@ -88,7 +86,7 @@ def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[d
         for rank, h in enumerate(ring):
             out = str(run_dir / f"allreduce-{rank}.json")
             procs.append({"role": "allreduce", "node": h, "out": out,
-                          "argv": [py, "-m", "traffic.allreduce", "--rank", str(rank), "--addrs", addrs,
+                          "argv": [py, "-m", "hpnlab.node.allreduce", "--rank", str(rank), "--addrs", addrs,
                                    "--size", str(w.size_kb * 1024), "--conns", str(w.connections),
                                    "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
                                    "--out", out]})
@@ -116,7 +114,7 @@ class Repetition:
         with open(self.dir / "processes.log", "a") as log, open(out or os.devnull, "w") as stdout:
             # the child holds its own copies; ours close here (no descriptor per process left open)
             return subprocess.Popen(self.rt.exec_argv(node, argv), stdout=stdout if out else log, stderr=log,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, env=_env())
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
 
     def run(self) -> dict:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -209,7 +207,7 @@ class Repetition:
 
 def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
     """Read every report of one repetition and compute the per-fault figures."""
-    from traffic import report
+    from hpnlab.traffic import report
 
     streams: dict[str, list[measure.Flow]] = {}
     senders: dict[str, dict] = {}
@@ -249,9 +247,7 @@ def keep_logs(rt, dest: Path) -> None:
 
 def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: float = 120) -> dict:
     """Every variant in turn; a variant that fails is reported as such and the others still run."""
-    from lab.commands import bring_up, wait_healthy
-    from lab.verify import complete
-    from traffic import report
+    from hpnlab.traffic import report
 
     out.mkdir(parents=True, exist_ok=True)
     doc = exp.doc
@@ -296,9 +292,22 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
     return results
 
 
+def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
+    """results.json (atomically), plot.png (where matplotlib is installed) and summary.txt in ``out``."""
+    from hpnlab.traffic import report
+
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(out / "results.json")
+    png = report.plot(results, out / "plot.png")
+    table = report.summary_table(results)
+    (out / "summary.txt").write_text(table + "\n")
+    return png, table
+
+
 def reanalyse(exp: Experiment, out: Path) -> dict:
     """Recompute results from DIR/raw (each repetition's reports and run.json) without running anything."""
-    from traffic import report
+    from hpnlab.traffic import report
 
     old = json.loads((out / "results.json").read_text())
     for plan in exp.plans:

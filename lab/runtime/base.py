@@ -1,5 +1,13 @@
-"""The one small runtime interface: every runtime ends in "a network namespace per node plus a way
-to run a process in it". Agents, verify, faults and probes use only this, so they work on every runtime.
+"""The one small runtime interface and its lifecycle.
+
+Every runtime ends in "a network namespace per node plus a way to run a process in it"; agents, verify,
+faults and probes use only that, so they work on every runtime. A deploy is one plan, written once here:
+
+    preflight -> create nodes -> configure (sysctls, addresses, nftables) -> start FRR -> start agents
+
+and ``destroy`` undoes it. A runtime subclass provides only the steps that differ (how nodes are created
+and removed, how FRR and an agent are started, how vtysh reaches a router), and registers itself with
+``@register``: a new runtime is one file in this package, named like the runtime.
 """
 
 from __future__ import annotations
@@ -7,131 +15,125 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from lab.errors import RuntimeFailure
+from hpnlab import nodesetup
+from hpnlab.errors import RuntimeFailure, SpecError, StateError
+from hpnlab.models import LabState, NodeConfig, load_json_model
+from hpnlab.proc import run
+from hpnlab.spec import check_lab_name
 
 STATE_ROOT = Path(os.environ.get("HPNLAB_STATE_ROOT", "/run/hpnlab"))
 Progress = Callable[[str], None]
-FRR_DAEMONS = ("zebra", "staticd", "bgpd", "bfdd")  # what every router runs (bfdd only with BFD on)
+REGISTRY: dict[str, type["Runtime"]] = {}
 
 
-def load_nodes(config_dir: Path) -> tuple[dict, dict[str, dict]]:
-    """A rendered lab: topology.json and every node's node.json."""
-    topo = json.loads((config_dir / "topology.json").read_text())
-    cfgs = {n["name"]: json.loads((config_dir / n["name"] / "node.json").read_text()) for n in topo["nodes"]}
-    return topo, cfgs
+def register(cls: type["Runtime"]) -> type["Runtime"]:
+    REGISTRY[cls.name] = cls
+    return cls
 
 
 def state_dir(lab: str) -> Path:
-    return STATE_ROOT / lab
+    """/run/hpnlab/<lab>; the name is validated first, so it can never point anywhere else."""
+    return STATE_ROOT / check_lab_name(lab, "--lab")
 
 
 def running_labs() -> list[str]:
     if not STATE_ROOT.exists():
         return []
-    return sorted(p.name for p in STATE_ROOT.iterdir() if (p / "state.json").exists())
+    out = []
+    for p in STATE_ROOT.iterdir():
+        try:
+            check_lab_name(p.name)
+        except SpecError:
+            continue  # not ours
+        if (p / "state.json").exists():
+            out.append(p.name)
+    return sorted(out)
+
+
+def load_nodes(config_dir: Path) -> tuple[dict, dict[str, dict]]:
+    """A rendered lab: topology.json and every node's node.json, each validated."""
+    fix = "the lab's files are damaged; 'hpnlab down' and 'hpnlab up' again"
+    path = config_dir / "topology.json"
+    try:
+        topo = json.loads(path.read_text())
+        names = [n["name"] for n in topo["nodes"]]
+    except FileNotFoundError:
+        raise StateError(f"{path} is missing: the lab is not running (or was removed)") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise StateError(f"{path} is damaged ({e.__class__.__name__}): {fix}") from None
+    cfgs = {n: load_json_model(NodeConfig, config_dir / n / "node.json", "node config", fix)
+            .model_dump(exclude_none=True) for n in names}
+    return topo, cfgs
 
 
 class State:
-    """state.json, rewritten after every step of a deploy so `down` can undo a crashed `up`."""
+    """A lab's state.json as a typed record (``.data``), saved atomically after every change."""
 
-    def __init__(self, lab: str):
+    def __init__(self, lab: str, data: LabState | None = None):
+        self.lab = lab
         self.dir = state_dir(lab)
         self.path = self.dir / "state.json"
-        self.data: dict = {"lab": lab}
-        if self.path.exists():
-            try:
-                self.data = json.loads(self.path.read_text())
-            except (OSError, ValueError):
-                pass
+        self.data = data or LabState(lab=lab)
+
+    @classmethod
+    def load(cls, lab: str) -> "State":
+        """The recorded state; a missing or damaged file is one line saying that ``down`` still cleans up."""
+        fix = f"'hpnlab down --lab {lab}' removes the lab's objects by their names"
+        data = load_json_model(LabState, state_dir(lab) / "state.json", f"lab '{lab}': state", fix)
+        if data.lab != lab:
+            raise StateError(f"lab '{lab}': state {state_dir(lab) / 'state.json'} belongs to lab '{data.lab}': {fix}")
+        return cls(lab, data)
+
+    def exists(self) -> bool:
+        return self.path.exists()
 
     def save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1))
+        tmp.write_text(self.data.model_dump_json(indent=1))
         os.replace(tmp, self.path)
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
-
-
-def kill_pids(pids: dict[int, Callable[[list[str]], bool]], timeout: float = 5.0) -> list[int]:
-    """SIGTERM each PID whose cmdline the matcher recognises (never a recycled PID), then SIGKILL stragglers."""
-    ours = [pid for pid, match in pids.items() if pid_alive(pid) and match(cmdline(pid))]
-    for pid in ours:
-        try:
-            os.kill(pid, signal.SIGCONT)  # a hung-node fault may have stopped it; SIGTERM waits otherwise
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(pid_alive(p) for p in ours):
-        time.sleep(0.05)
-    for pid in ours:
-        if pid_alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    for pid in ours:  # reap our own children so no zombie is left
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-    return ours
-
-
-def run(argv: list[str], *, input: str | None = None, timeout: float = 60, check: bool = True,
-        what: str | None = None) -> subprocess.CompletedProcess:
-    """Run without a shell; a failure raises one line naming the step and the tool's own message."""
-    try:
-        r = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise RuntimeFailure(f"{what or argv[0]}: '{argv[0]}' not found") from None
-    except subprocess.TimeoutExpired:
-        raise RuntimeFailure(f"{what or argv[0]}: timed out after {timeout:g} s") from None
-    if check and r.returncode != 0:
-        msg = (r.stderr or r.stdout).strip().splitlines()
-        raise RuntimeFailure(f"{what or ' '.join(argv[:4])}: exit {r.returncode}: {msg[-1] if msg else ''}")
-    return r
-
-
 class Runtime:
-    """Base of the runtimes. Subclasses create and remove the nodes; the rest is shared."""
+    """Base of the runtimes: the shared deploy plan and everything that only needs a node's namespace."""
 
     name = "base"
 
-    def __init__(self, lab: str):
+    def __init__(self, lab: str, state: State | None = None):
         self.lab = lab
-        self.state = State(lab)
+        self.state = state or State(lab)
 
-    # --- what subclasses provide ------------------------------------------------------------
+    # --- what each runtime provides -------------------------------------------------------------------
+    @classmethod
+    def preflight(cls, spec) -> None:
+        """Everything the runtime calls, checked before anything is created."""
+
     def netns(self, node: str) -> str:
         raise NotImplementedError
 
-    def deploy(self, config_dir: Path, progress: Progress) -> None:
+    def refuse_foreign(self, nodes: list[str]) -> None:
+        """Never adopt (and later delete) a namespace this lab did not create."""
+        taken = set(list_netns()) & {self.netns(n) for n in nodes}
+        if taken:
+            raise RuntimeFailure(f"network namespace '{sorted(taken)[0]}' already exists and is not this lab's: "
+                                 f"remove it or choose another lab name")
+
+    def create_nodes(self, topo: dict, cfgs: dict[str, dict], progress: Progress) -> None:
+        raise NotImplementedError
+
+    def after_configure(self, node: str) -> None:
+        """A runtime's own last touch on a configured node (containers: drop the management default route)."""
+
+    def start_frr(self, routers: list[str], cfgs: dict[str, dict]) -> None:
+        raise NotImplementedError
+
+    def start_agent(self, node: str, cfg: dict) -> None:
         raise NotImplementedError
 
     def destroy(self, progress: Progress) -> None:
@@ -145,8 +147,7 @@ class Runtime:
         raise NotImplementedError
 
     def agent_pid(self, node: str) -> int | None:
-        pid = self.state.data.get("agents", {}).get(node)
-        return int(pid) if pid is not None else None
+        return self.state.data.agents.get(node)
 
     def status_path(self, node: str) -> Path:
         """The agent's heartbeat/status file as seen from this machine."""
@@ -166,7 +167,43 @@ class Runtime:
         """node -> {"state", ...} as the container engine reports it; None where nodes are not containers."""
         return None
 
-    # --- shared ------------------------------------------------------------------------------
+    # --- the deploy plan, the same on every runtime ---------------------------------------------------
+    def deploy(self, progress: Progress) -> None:
+        topo, cfgs = load_nodes(self.config_dir)
+        self.refuse_foreign(list(cfgs))
+        requested = next((c.get("driver", "auto") for c in cfgs.values() if c["role"] == "host"), "auto")
+        self.driver = nodesetup.host_driver(requested, nodesetup.bonding_available())
+        st = self.state.data
+        st.runtime, st.config, st.started, st.host_driver = self.name, str(self.config_dir), time.time(), self.driver
+        st.netns = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists
+        self.state.save()
+        self.create_nodes(topo, cfgs, progress)
+        progress("configuring nodes (sysctls, addresses, nftables)")
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            list(ex.map(lambda kv: self.configure_node(*kv), cfgs.items()))
+        routers = [n for n, c in cfgs.items() if c["role"] != "host"]
+        progress(f"starting FRR on {len(routers)} routers")
+        self.start_frr(routers, cfgs)
+        # With kernel bonds the hosts need no agent: the bond speaks LACP and owns the routes.
+        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c)
+                  and not (c["role"] == "host" and self.driver == "bond")]
+        progress(f"starting {len(agents)} agents")
+        for n in agents:
+            self.start_agent(n, cfgs[n])
+
+    def configure_node(self, node: str, cfg: dict) -> None:
+        """Sysctls, addresses/bonds, nftables, applied from outside through the node's namespace (so a
+        container needs no tools or capabilities for it)."""
+        ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg).items()]
+        self.run(node, ["sysctl", "-q", "-w", *ctl], what=f"{node}: sysctl")
+        run(["ip", "-n", self.netns(node), "-batch", "-"],
+            input="\n".join(nodesetup.ip_batch(cfg, self.driver)) + "\n", what=f"{node}: addresses")
+        rules = nodesetup.nft_ruleset(cfg, self.driver)
+        if rules:
+            self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
+        self.after_configure(node)
+
+    # --- running things in a node ---------------------------------------------------------------------
     def exec_argv(self, node: str, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns(node), *argv]
 
@@ -182,19 +219,6 @@ class Runtime:
             return json.loads(r.stdout or "null")
         except ValueError:
             return None
-
-    def configure_node(self, node: str, cfg: dict, driver: str) -> None:
-        """The same plan on every runtime: sysctls, addresses/bonds, nftables, applied from outside
-        through the node's namespace (so a container needs no tools or capabilities for it)."""
-        from lab import nodesetup
-
-        ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg).items()]
-        self.run(node, ["sysctl", "-q", "-w", *ctl], what=f"{node}: sysctl")
-        run(["ip", "-n", self.netns(node), "-batch", "-"],
-            input="\n".join(nodesetup.ip_batch(cfg, driver)) + "\n", what=f"{node}: addresses")
-        rules = nodesetup.nft_ruleset(cfg, driver)
-        if rules:
-            self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
 
     def netns_pids(self, node: str) -> list[int]:
         r = run(["ip", "netns", "pids", self.netns(node)], check=False)
@@ -214,3 +238,8 @@ class Runtime:
 
     def remove_state(self) -> None:
         shutil.rmtree(self.state.dir, ignore_errors=True)
+
+
+def list_netns() -> list[str]:
+    """Every network namespace name on the machine (``ip netns list`` adds "(id: N)" after some)."""
+    return [ln.split()[0] for ln in run(["ip", "netns", "list"], check=False).stdout.splitlines() if ln.strip()]

@@ -16,9 +16,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lab import nodesetup
-from lab.errors import RuntimeFailure
-from lab.runtime.base import FRR_DAEMONS, Progress, Runtime, cmdline, kill_pids, load_nodes, run
+from hpnlab import containers, frr, nodesetup
+from hpnlab.errors import RuntimeFailure
+from hpnlab.proc import cmdline, kill_pids, run
+from hpnlab.runtime.base import Progress, Runtime, list_netns, register
+from hpnlab.runtime.netns import is_agent, need_tools
 
 CLAB = "containerlab"
 DOCKER = "docker"
@@ -41,16 +43,12 @@ def deploy_timeout() -> float:
 
 def preflight() -> None:
     """Everything the clab runtime calls, checked before anything is created."""
-    from lab import images
-
     if not shutil.which(CLAB):
         raise RuntimeFailure(f"containerlab not found: {INSTALL}, {NETNS_HINT}")
-    for tool, pkg in (("ip", "iproute2"), ("nft", "nftables"), ("sysctl", "procps")):
-        if not shutil.which(tool):
-            raise RuntimeFailure(f"'{tool}' not found: install Debian's {pkg} (sudo ./bootstrap install)")
-    images.need_docker(f", {NETNS_HINT}")
-    for role, image in images.IMAGES.items():
-        if not images.image_exists(image):
+    need_tools((("ip", "iproute2"), ("nft", "nftables"), ("sysctl", "procps")))
+    containers.need_docker(f", {NETNS_HINT}")
+    for role, image in containers.IMAGES.items():
+        if not containers.image_exists(image):
             raise RuntimeFailure(f"{role} image '{image}' not found: build it with 'hpnlab images build'")
 
 
@@ -94,8 +92,13 @@ def parse_inspect(text: str, lab: str) -> dict[str, dict]:
     return out
 
 
+@register
 class ClabRuntime(Runtime):
     name = "clab"
+
+    @classmethod
+    def preflight(cls, spec) -> None:
+        preflight()
 
     def netns(self, node: str) -> str:
         return container(self.lab, node)
@@ -121,10 +124,7 @@ class ClabRuntime(Runtime):
         return [DOCKER, "exec", *flags, container(self.lab, node), *argv]
 
     def vtysh_argv(self, node: str, commands: list[str], tty: bool = False) -> list[str]:
-        argv = ["vtysh"]
-        for c in commands:
-            argv += ["-c", c]
-        return self.docker_exec(node, argv, tty=tty)
+        return self.docker_exec(node, frr.vtysh_argv(None, commands), tty=tty)
 
     def shell_argv(self, node: str, shell: str) -> list[str]:
         return self.docker_exec(node, ["bash"], tty=True)
@@ -133,51 +133,31 @@ class ClabRuntime(Runtime):
         return run([CLAB, *args, "-t", str(self.topology_file)], timeout=timeout, what=what, check=check)
 
     # --- deploy ------------------------------------------------------------------------------------
-    def _refuse_foreign(self, nodes: list[str]) -> None:
+    def refuse_foreign(self, nodes: list[str]) -> None:
         """Never deploy over (and so later destroy) a containerlab lab of the same name we did not create."""
-        taken = set(run(["ip", "netns", "list"], check=False).stdout.split()) & {self.netns(n) for n in nodes}
-        if taken:
-            raise RuntimeFailure(f"network namespace '{sorted(taken)[0]}' already exists and is not this lab's: "
-                                 f"destroy that lab or choose another lab name")
+        super().refuse_foreign(nodes)
         r = run([DOCKER, "ps", "-a", "-q", "--filter", f"label=containerlab={self.lab}"], check=False,
                 what="docker ps", timeout=60)
         if r.returncode == 0 and r.stdout.strip():
             raise RuntimeFailure(f"containers of a containerlab lab named '{self.lab}' already exist: "
                                  f"'containerlab destroy --name {self.lab}' or choose another lab name")
 
-    def deploy(self, config_dir: Path, progress: Progress) -> None:
-        topo, cfgs = load_nodes(config_dir)
-        self._refuse_foreign(list(cfgs))
-        st = self.state
-        requested = next((c.get("driver", "auto") for c in cfgs.values() if c["role"] == "host"), "auto")
-        self.driver = nodesetup.host_driver(requested, nodesetup.bonding_available())
-        st.data.update({"runtime": self.name, "config": str(config_dir), "started": time.time(),
-                        "host_driver": self.driver, "netns": [self.netns(n) for n in cfgs],
-                        "clab_topology": str(self.topology_file)})
+    def create_nodes(self, topo: dict, cfgs: dict[str, dict], progress: Progress) -> None:
+        self.state.data.clab_topology = str(self.topology_file)
         for n in cfgs:  # bound into the container: the agent's status and log land here
             self.node_run_dir(n).mkdir(parents=True, exist_ok=True)
-        st.save()  # before containerlab runs: a failure from here on is undone by destroy
+        self.state.save()  # before containerlab runs: a failure from here on is undone by destroy
         timeout = deploy_timeout()
         progress(f"containerlab deploy: {len(cfgs)} containers, {len(topo['links'])} links (timeout {timeout:g} s)")
         self.clab("deploy", timeout=timeout, what="containerlab deploy")
-        existing = set(run(["ip", "netns", "list"], check=False).stdout.split())
+        existing = set(list_netns())
         missing = [self.netns(n) for n in cfgs if self.netns(n) not in existing]
         if missing:
             raise RuntimeFailure(f"containerlab deploy returned but /run/netns/{missing[0]} is missing "
                                  f"({len(missing)} of {len(cfgs)} nodes)")
-        progress("configuring nodes through their namespaces (sysctls, addresses, nftables)")
-        with ThreadPoolExecutor(max_workers=8) as ex:
-            list(ex.map(lambda kv: self.configure_node(*kv, self.driver), cfgs.items()))
-            list(ex.map(self.drop_default_route, cfgs))
-        routers = [n for n, c in cfgs.items() if c["role"] != "host"]
-        progress(f"starting FRR in {len(routers)} router containers")
-        with ThreadPoolExecutor(max_workers=8) as ex:
-            list(ex.map(self.start_frr, routers))
-        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c)
-                  and not (c["role"] == "host" and self.driver == "bond")]
-        progress(f"starting {len(agents)} agents (docker exec)")
-        for n in agents:
-            self.start_agent(n, cfgs[n])
+
+    def after_configure(self, node: str) -> None:
+        self.drop_default_route(node)
 
     def drop_default_route(self, node: str) -> None:
         """As on the namespace runtime, no default route: lab traffic never leaves through containerlab's
@@ -185,9 +165,14 @@ class ClabRuntime(Runtime):
         for fam in ("-4", "-6"):
             run(["ip", fam, "-n", self.netns(node), "route", "flush", "exact", "default"], check=False)
 
-    def start_frr(self, node: str) -> None:
+    def start_frr(self, routers: list[str], cfgs: dict[str, dict]) -> None:
         """The image's own FRR start script (watchfrr + the daemons file containerlab bound in)."""
-        run(self.docker_exec(node, ["/usr/lib/frr/frrinit.sh", "start"]), timeout=120, what=f"{node}: FRR start")
+        def one(node: str) -> None:
+            run(self.docker_exec(node, [str(frr.BIN / "frrinit.sh"), "start"]), timeout=120,
+                what=f"{node}: FRR start")
+
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            list(ex.map(one, routers))
 
     def start_agent(self, node: str, cfg: dict) -> None:
         argv = ["python3", "-m", nodesetup.agent_module(cfg), NODE_JSON,
@@ -199,14 +184,14 @@ class ClabRuntime(Runtime):
         return [p for p in self.netns_pids(node) if match(cmdline(p))]
 
     def agent_pid(self, node: str) -> int | None:
-        pids = self._pids_matching(node, lambda c: any(a.startswith("lab.agents.") for a in c))
+        pids = self._pids_matching(node, is_agent)
         return pids[0] if pids else None
 
     def frr_pids(self) -> dict[int, str]:
         out = {}
-        for ns in self.state.data.get("netns", []):
+        for ns in self.state.data.netns:
             node = ns[len(container(self.lab, "")):]
-            for p in self._pids_matching(node, lambda c: bool(c) and os.path.basename(c[0]) in FRR_DAEMONS):
+            for p in self._pids_matching(node, frr.is_daemon):
                 out[p] = ns
         return out
 
@@ -220,10 +205,10 @@ class ClabRuntime(Runtime):
         monitors: our PID namespace, unlike the containers' own processes), then let containerlab remove
         the containers, links and its lab directory. State is kept if containerlab fails, so
         ``hpnlab down`` can be retried."""
-        existing = set(run(["ip", "netns", "list"], check=False).stdout.split())
+        existing = set(list_netns())
         own_pidns = os.readlink("/proc/self/ns/pid")
         ours: dict[int, object] = {}
-        for ns in self.state.data.get("netns", []):
+        for ns in self.state.data.netns:
             if ns not in existing:
                 continue
             for p in run(["ip", "netns", "pids", ns], check=False).stdout.split():
@@ -235,7 +220,7 @@ class ClabRuntime(Runtime):
         if ours:
             progress(f"stopping {len(ours)} processes hpnlab started in the lab's namespaces")
             kill_pids(ours, timeout=2)
-        if "clab_topology" in self.state.data and self.topology_file.exists():
+        if self.state.data.clab_topology and self.topology_file.exists():
             if not shutil.which(CLAB):
                 raise RuntimeFailure(f"containerlab not found, so the lab's containers cannot be removed: "
                                      f"{INSTALL}, then 'hpnlab down --lab {self.lab}'")

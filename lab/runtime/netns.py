@@ -12,18 +12,15 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lab import nodesetup
-from lab.errors import RuntimeFailure
-from lab.runtime.base import FRR_DAEMONS, Progress, Runtime, kill_pids, load_nodes, run
-
-FRR_BIN = Path("/usr/lib/frr")
-FRR_RUN = Path("/var/run/frr")
-
+from hpnlab import frr, nodesetup
+from hpnlab.errors import RuntimeFailure
+from hpnlab.proc import kill_pids, run
+from hpnlab.runtime.base import Progress, Runtime, list_netns, register
 
 IFINDEX_BASE = 1000
+TOOLS = (("ip", "iproute2"), ("nft", "nftables"), ("sysctl", "procps"), ("ping", "iputils-ping"))
 
 
 def link_batch(lab: str, links: list[dict]) -> list[str]:
@@ -40,75 +37,66 @@ def link_batch(lab: str, links: list[dict]) -> list[str]:
             for i, lk in enumerate(links)]
 
 
+def need_tools(tools=TOOLS) -> None:
+    for tool, pkg in tools:
+        if not shutil.which(tool):
+            raise RuntimeFailure(f"'{tool}' not found: install Debian's {pkg} (sudo ./bootstrap install)")
+
+
+def is_agent(argv: list[str]) -> bool:
+    return any(a.startswith("hpnlab.node.") for a in argv)
+
+
+@register
 class NetnsRuntime(Runtime):
     name = "netns"
+
+    @classmethod
+    def preflight(cls, spec) -> None:
+        need_tools()
+        frr.preflight()
+        if spec.host_driver == "bond" and not nodesetup.bonding_available():
+            raise RuntimeFailure("spec field 'host_driver': 'bond' needs kernel bonding, which this kernel lacks; "
+                                 "use 'auto' or 'userspace' (the userspace LACP host agent)")
 
     def netns(self, node: str) -> str:
         return f"{self.lab}-{node}"
 
     def frr_dir(self, node: str) -> Path:
-        return FRR_RUN / self.netns(node)
+        return frr.RUN / self.netns(node)
 
     def vtysh_argv(self, node: str, commands: list[str], tty: bool = False) -> list[str]:
-        argv = ["vtysh", "--vty_socket", str(self.frr_dir(node))]
-        for c in commands:
-            argv += ["-c", c]
-        return argv
+        return frr.vtysh_argv(self.frr_dir(node), commands)
 
     # --- deploy ------------------------------------------------------------------------------------
-    def deploy(self, config_dir: Path, progress: Progress) -> None:
-        topo, cfgs = load_nodes(config_dir)
-        st = self.state
-        taken = set(run(["ip", "netns", "list"], check=False).stdout.split()) & {self.netns(n) for n in cfgs}
-        if taken:  # never adopt (and later delete) a namespace this lab did not create
-            raise RuntimeFailure(f"network namespace '{sorted(taken)[0]}' already exists and is not this lab's: "
-                                 f"remove it or choose another lab name")
-        st.data.update({"runtime": self.name, "config": str(config_dir), "started": time.time()})
-        requested = next((c.get("driver", "auto") for c in cfgs.values() if c["role"] == "host"), "auto")
-        self.driver = nodesetup.host_driver(requested, nodesetup.bonding_available())
-        st.data["host_driver"] = self.driver
-        st.data["netns"] = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists
-        st.save()
+    def create_nodes(self, topo: dict, cfgs: dict[str, dict], progress: Progress) -> None:
         progress(f"creating {len(cfgs)} namespaces")
         run(["ip", "-batch", "-"], input="".join(f"netns add {self.netns(n)}\n" for n in cfgs),
             what="creating namespaces")
         progress(f"creating {len(topo['links'])} veth links")
         run(["ip", "-batch", "-"], input="\n".join(link_batch(self.lab, topo["links"])) + "\n",
             what="creating veth links", timeout=300)
-        progress("configuring nodes (sysctls, addresses, nftables)")
-        with ThreadPoolExecutor(max_workers=8) as ex:
-            list(ex.map(lambda kv: self.configure_node(*kv, self.driver), cfgs.items()))
-        routers = [n for n, c in cfgs.items() if c["role"] != "host"]
-        progress(f"starting FRR on {len(routers)} routers")
-        self._start_frr(routers, bfd=any(cfgs[n]["bfd"] for n in routers))
-        # With kernel bonds the hosts need no agent: the bond speaks LACP and owns the routes.
-        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c)
-                  and not (c["role"] == "host" and self.driver == "bond")]
-        progress(f"starting {len(agents)} agents")
-        for n in agents:
-            self.start_agent(n, cfgs[n])
 
-    def _start_frr(self, routers: list[str], bfd: bool) -> None:
-        config_dir = self.config_dir
+    def start_frr(self, routers: list[str], cfgs: dict[str, dict]) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         shutil.chown(self.log_dir, "frr", "frr")
-        self.state.data["frr_dirs"] = [str(self.frr_dir(n)) for n in routers]  # recorded once, before creation
+        self.state.data.frr_dirs = [str(self.frr_dir(n)) for n in routers]  # recorded once, before creation
         self.state.save()
         for n in routers:
             d = self.frr_dir(n)
             d.mkdir(parents=True, exist_ok=True)
             shutil.chown(d, "frr", "frr")
+            frr.write_vtysh_conf(d)
+            for p in (self.config_dir / n, self.config_dir / n / "frr.conf"):  # 'write file' lands here
+                shutil.chown(p, "frr", "frr")
         os.chmod(self.state.dir, 0o755)
-        for daemon in FRR_DAEMONS:
-            if daemon == "bfdd" and not bfd:
-                continue
+        for daemon in frr.DAEMONS:  # each daemon on every router at once, in start order
             procs = []
             for n in routers:
-                ns = self.netns(n)
-                argv = [str(FRR_BIN / daemon), "-N", ns, "-d", "-P", "0", "-f", str(config_dir / n / "frr.conf"),
-                        "--log", f"file:{self.log_dir / f'{n}.{daemon}.log'}", "-i", str(self.frr_dir(n) / f"{daemon}.pid")]
-                if daemon == "zebra":
-                    argv += ["-F", "datacenter", "-s", "90000000"]
+                if daemon not in frr.daemons(cfgs[n]["bfd"]):
+                    continue
+                argv = frr.launch_argv(daemon, self.netns(n), self.config_dir / n / "frr.conf",
+                                       self.log_dir / f"{n}.{daemon}.log", self.frr_dir(n) / f"{daemon}.pid")
                 procs.append((n, subprocess.Popen(self.exec_argv(n, argv), stdout=subprocess.DEVNULL,
                                                   stderr=subprocess.PIPE, text=True)))
             for n, p in procs:
@@ -118,30 +106,26 @@ class NetnsRuntime(Runtime):
                                          f"{(err or '').strip().splitlines()[-1:] or 'see ' + str(self.log_dir)}")
             if daemon == "zebra":  # the other daemons connect to zebra's socket; wait for it
                 deadline = time.monotonic() + 20
-                while not all((self.frr_dir(n) / "zserv.api").exists() for n in routers):
+                while not all(frr.zebra_ready(self.frr_dir(n)) for n in routers):
                     if time.monotonic() > deadline:
                         raise RuntimeFailure("zebra did not open its socket within 20 s; see " + str(self.log_dir))
                     time.sleep(0.05)
 
-    def start_agent(self, node: str, cfg: dict) -> int:
+    def start_agent(self, node: str, cfg: dict) -> None:
         self.status_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", nodesetup.agent_module(cfg), str(self.config_dir / node / "node.json"),
                 "--status", str(self.status_path(node))]
-        log = open(self.agent_log(node), "a")
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-        p = subprocess.Popen(self.exec_argv(node, argv), stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        log.close()
-        agents = self.state.data.setdefault("agents", {})
-        agents[node] = p.pid
+        with open(self.agent_log(node), "a") as log:
+            p = subprocess.Popen(self.exec_argv(node, argv), stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        self.state.data.agents[node] = p.pid
         self.state.save()
-        return p.pid
 
     # --- teardown ----------------------------------------------------------------------------------
     def frr_pids(self) -> dict[int, str]:
         out = {}
-        for d in self.state.data.get("frr_dirs", []):
+        for d in self.state.data.frr_dirs:
             for pf in Path(d).glob("*.pid"):
                 try:
                     out[int(pf.read_text().strip())] = Path(d).name
@@ -150,18 +134,16 @@ class NetnsRuntime(Runtime):
         return out
 
     def destroy(self, progress: Progress) -> None:
-        agents = {int(pid): (lambda c: any("lab.agents." in a for a in c)) for pid in
-                  self.state.data.get("agents", {}).values()}
+        agents = {pid: is_agent for pid in self.state.data.agents.values()}
         if agents:
             progress(f"stopping {len(agents)} agents")
             kill_pids(agents)
-        frr = self.frr_pids()
-        if frr:
-            progress(f"stopping {len(frr)} FRR daemons")
-            kill_pids({pid: (lambda c, ns=ns: bool(c) and c[0].startswith(str(FRR_BIN)) and ns in c)
-                       for pid, ns in frr.items()})
-        existing = set(run(["ip", "netns", "list"], check=False).stdout.split())
-        mine = [ns for ns in self.state.data.get("netns", []) if ns in existing]
+        pids = self.frr_pids()
+        if pids:
+            progress(f"stopping {len(pids)} FRR daemons")
+            kill_pids({pid: (lambda c, ns=ns: frr.is_daemon(c, ns)) for pid, ns in pids.items()})
+        existing = set(list_netns())
+        mine = [ns for ns in self.state.data.netns if ns in existing]
         # Anything still running inside our own namespaces was started by this lab (probes, shells).
         left: dict[int, object] = {}
         for ns in mine:
@@ -173,6 +155,6 @@ class NetnsRuntime(Runtime):
         if mine:
             progress(f"deleting {len(mine)} namespaces")
             run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {ns}\n" for ns in mine), check=False)
-        for d in self.state.data.get("frr_dirs", []):
+        for d in self.state.data.frr_dirs:
             shutil.rmtree(d, ignore_errors=True)
         self.remove_state()

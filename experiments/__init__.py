@@ -1,0 +1,1 @@
+"""Data shipped with hpnlab (found by hpnlab.paths), not code."""

@@ -1,0 +1,348 @@
+"""The Python API: a running lab as an object, for users' own tests and scripts.
+
+    import hpnlab
+    with hpnlab.Lab.up("examples/default.yml", name="t1", overrides={"tier2": "clos"}) as lab:
+        lab.exec("s0r0a", "ip", "route")                       # CompletedProcess, never a shell
+        lab.vtysh("agg0-0", "show bgp summary json")           # parsed JSON when the command ends in json
+        with lab.probes(src="s1h0", dst="s0h0", rail=0, flows=32, rate=250) as p:
+            with lab.fault("link-down", node="s0h0", iface="r0p0"):
+                lab.wait_for(lambda: "10.0.0.2/32" not in lab.routes("agg0-0"), timeout=5)
+        p.result.assert_disruption(max_gap_ms=300, allowed_disruptions=1)
+
+Every call goes through hpnlab.orchestrate and the runtime interface, exactly as the CLI does, so
+what a test sees is what ``hpnlab up`` / ``hpnlab fail`` / ``hpnlab run`` do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from hpnlab import orchestrate, verify
+from hpnlab.errors import RuntimeFailure, SpecError
+from hpnlab.proc import kill_pids, run
+from hpnlab.runtime.base import Runtime
+from hpnlab.spec import Spec, check_lab_name, load_spec_data, merge, parse_spec
+from hpnlab.traffic import faults as faultmod, measure
+
+PROBE_PORT_BASE = 9700
+
+
+@dataclass
+class ProbeResult:
+    """What sequence-numbered probes saw, with the same figures (and definitions) as results.json."""
+
+    longest_gap_ms: float
+    lost_packets: int
+    flows_affected: int
+    blackholed_flows: int
+    recovered: bool
+    converged_gap_ms: float
+    sent: int
+    received: int
+    per_flow: list[dict] = field(default_factory=list)
+    faults: list[dict] = field(default_factory=list)
+    report_dir: Path | None = None
+
+    def assert_disruption(self, max_gap_ms: float, allowed_disruptions: int = 1) -> None:
+        """Per flow, as sonic-mgmt's dual-ToR I/O tests count: at most ``allowed_disruptions`` gaps,
+        none longer than ``max_gap_ms``, and every flow delivering again at the end."""
+        bad = []
+        for f in self.per_flow:
+            if len(f["gaps_ms"]) > allowed_disruptions or f["longest_gap_ms"] > max_gap_ms or not f["resumed"]:
+                bad.append(f)
+        if bad:
+            worst = sorted(bad, key=lambda f: -f["longest_gap_ms"])[:4]
+            detail = "; ".join(f"flow {f['flow']} (sport {f['sport']}): {len(f['gaps_ms'])} gap(s), longest "
+                               f"{f['longest_gap_ms']:.0f} ms" + ("" if f["resumed"] else ", never resumed")
+                               for f in worst)
+            raise AssertionError(f"{len(bad)}/{len(self.per_flow)} flows disrupted beyond {allowed_disruptions} "
+                                 f"gap(s) of <= {max_gap_ms:g} ms: {detail}"
+                                 + (f" (reports: {self.report_dir})" if self.report_dir else ""))
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows",
+                                           "recovered", "converged_gap_ms", "sent", "received", "per_flow",
+                                           "faults")}
+        d["report_dir"] = str(self.report_dir) if self.report_dir else None
+        return d
+
+
+def probe_result(sender: dict, receiver: dict, fault_log: list[dict], report_dir: Path | None = None) -> ProbeResult:
+    """Pure: join a sender's and a receiver's report, judged against the faults applied meanwhile."""
+    flows = measure.flows_of("probe", sender, receiver)
+    during = [f for f in fault_log if f["applied"] < sender["end"] and (f.get("reverted") or sender["end"])
+              >= sender["start"]]
+    start = min((f["applied"] for f in during), default=sender["start"])
+    ends = [f.get("reverted") for f in during]
+    end = max(ends) if during and all(e is not None for e in ends) else None
+    m = measure.fault_metrics(flows, start, end, sender["end"] + 1.0 / sender["rate_per_flow"])
+    blackholed = m["blackholed_flows"] if during else 0
+    per_flow = []
+    for fl in flows:
+        gaps = [round(g.ms, 1) for g in fl.gaps if g.missing > 0]
+        per_flow.append({"flow": fl.flow, "sport": sender["sport_base"] + fl.flow, "sent": fl.sent,
+                         "received": fl.received, "lost": fl.lost, "gaps_ms": gaps,
+                         "longest_gap_ms": max(gaps, default=0.0),
+                         "resumed": not any(g.end >= sender["end"] for g in fl.gaps if g.missing > 0)})
+    tot = measure.totals(flows)
+    return ProbeResult(longest_gap_ms=max((f["longest_gap_ms"] for f in per_flow), default=0.0),
+                       lost_packets=tot["lost"], flows_affected=sum(1 for f in per_flow if f["gaps_ms"]),
+                       blackholed_flows=blackholed, recovered=m["recovered"] and all(f["resumed"] for f in per_flow),
+                       converged_gap_ms=m["converged_gap_ms"], sent=tot["sent"], received=tot["received"],
+                       per_flow=per_flow, faults=[{k: f.get(k) for k in ("label", "applied", "reverted")}
+                                                  for f in during], report_dir=report_dir)
+
+
+class Probes:
+    """Sequence-numbered UDP flows from one host to another while the ``with`` block runs; ``result``
+    is computed when it ends (the sender stops first, then the receiver, so nothing in flight is lost)."""
+
+    def __init__(self, lab: "Lab", src: str, dst: str, rail: int, flows: int, rate: float, size: int, index: int):
+        self.lab, self.src, self.dst, self.rail, self.flows, self.rate, self.size = lab, src, dst, rail, flows, rate, size
+        self.dir = lab.workdir / f"probes-{index}"
+        self.port = PROBE_PORT_BASE + index % 200
+        self.sport_base = 30000 + 100 * (index % 300)
+        self.result: ProbeResult | None = None
+        self._procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "Probes":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        src, dst = self.lab.host_ip(self.src, self.rail), self.lab.host_ip(self.dst, self.rail)
+        start_at = time.time() + 0.5  # the receiver binds meanwhile
+        py = sys.executable
+        rx = [py, "-m", "hpnlab.node.probe", "recv", "--bind", dst, "--port", str(self.port), "--duration", "86400",
+              "--start-at", f"{start_at:.3f}", "--out", str(self.dir / "rx.json")]
+        tx = [py, "-m", "hpnlab.node.probe", "send", "--src", src, "--dst", dst, "--dport", str(self.port),
+              "--flows", str(self.flows), "--rate", f"{self.rate:g}", "--size", str(self.size),
+              "--sport-base", str(self.sport_base), "--duration", "86400", "--start-at", f"{start_at:.3f}",
+              "--out", str(self.dir / "tx.json")]
+        for node, argv in ((self.dst, rx), (self.src, tx)):
+            with open(self.dir / "probe.log", "a") as log:
+                self._procs.append(subprocess.Popen(self.lab.runtime.exec_argv(node, argv), stdout=log,
+                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                    start_new_session=True))
+        while time.time() < start_at + 0.05:  # flows are running when the block starts
+            time.sleep(0.02)
+        self.lab._probe_runs.append(self.dir)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        rx, tx = self._procs
+        for p in (tx, rx):  # sender first; its report is written on SIGTERM
+            if p.poll() is None:
+                p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                kill_pids({p.pid: lambda c: True}, timeout=1)
+            if p is tx:
+                time.sleep(0.2)  # the last packets reach the receiver
+        if exc[0] is not None:
+            return
+        try:
+            sender = json.loads((self.dir / "tx.json").read_text())
+            receiver = json.loads((self.dir / "rx.json").read_text())
+        except (OSError, ValueError) as e:
+            raise RuntimeFailure(f"probes {self.src} -> {self.dst}: no report ({e.__class__.__name__}); "
+                                 f"see {self.dir / 'probe.log'}") from None
+        self.result = probe_result(sender, receiver, self.lab._fault_log, self.dir)
+        (self.dir / "result.json").write_text(json.dumps(self.result.to_dict(), indent=1))
+
+
+class Lab:
+    """A running lab. ``Lab.up`` brings one up (verified) and ``down`` removes it; ``Lab.attach`` opens
+    one brought up by the CLI. As a context manager, a lab made by ``up`` is removed on exit, also on error."""
+
+    def __init__(self, rt: Runtime, cfgs: dict[str, dict], owned: bool):
+        self.runtime, self.cfgs, self._owned = rt, cfgs, owned
+        self._fault_log: list[dict] = []
+        self._probe_runs: list[Path] = []
+        self._nprobes = 0
+        self._down = False
+
+    # --- life -------------------------------------------------------------------------------------------
+    @classmethod
+    def up(cls, spec: str | Path | dict | Spec = "examples/default.yml", runtime: str = "netns",
+           name: str | None = None, overrides: dict | None = None, timeout: float = 90.0,
+           progress: bool | Callable[[str], None] = False) -> "Lab":
+        """Bring a lab up and wait until every verify check passes; anything else rolls it back and
+        raises (RuntimeFailure names the failing check). ``progress=True`` prints the steps on stderr."""
+        sp = resolve_spec(spec, name, overrides)
+        orchestrate.need_root("hpnlab.Lab.up")
+        prog = progress if callable(progress) else orchestrate.Progress(quiet=not progress)
+        rt, cfgs, checks = orchestrate.bring_up(sp, runtime, timeout, prog)
+        if not verify.complete(checks):
+            bad = next((c for c in checks if not c["ok"]), {"name": "verify", "detail": "incomplete"})
+            raise RuntimeFailure(f"lab '{sp.name}' not healthy after {timeout:g} s (rolled back): "
+                                 f"{bad['name']}: {bad['detail']}")
+        return cls(rt, cfgs, owned=True)
+
+    @classmethod
+    def attach(cls, name: str) -> "Lab":
+        """A lab that is already running (e.g. ``hpnlab up``); ``down`` is then up to its owner."""
+        orchestrate.need_root("hpnlab.Lab.attach")
+        rt, cfgs = orchestrate.open_lab(name)
+        return cls(rt, cfgs, owned=False)
+
+    def down(self) -> None:
+        """Remove the lab and everything it created (idempotent)."""
+        if not self._down:
+            self._down = True
+            orchestrate.tear_down(self.name)
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._owned:
+            self.down()
+
+    def __repr__(self) -> str:
+        return f"<hpnlab.Lab {self.name!r} on {self.runtime.name}: {len(self.hosts)} hosts, {len(self.routers)} routers>"
+
+    # --- what is in it ----------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.runtime.lab
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self.cfgs)
+
+    @property
+    def hosts(self) -> list[str]:
+        return [n for n, c in self.cfgs.items() if c["role"] == "host"]
+
+    @property
+    def routers(self) -> list[str]:
+        return [n for n, c in self.cfgs.items() if c["role"] != "host"]
+
+    def role(self, node: str) -> str:
+        return self._cfg(node)["role"]
+
+    def host_ip(self, host: str, rail: int = 0) -> str:
+        nic = next((n for n in self._cfg(host).get("nics", []) if n["rail"] == rail), None)
+        if nic is None:
+            raise SpecError(f"rail {rail}: not a rail of host '{host}'")
+        return nic["ip"]
+
+    @property
+    def workdir(self) -> Path:
+        """Where this lab keeps probe reports (inside the lab's state directory: removed with the lab)."""
+        return self.runtime.state.dir / "api"
+
+    def log_files(self) -> dict[str, Path]:
+        return self.runtime.log_files()
+
+    # --- doing things in it -----------------------------------------------------------------------------
+    def exec(self, node: str, *argv: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:
+        """Run a command inside a node (no shell: each argument is one word)."""
+        self._cfg(node)
+        return run(self.runtime.exec_argv(node, [str(a) for a in argv]), timeout=timeout, check=check,
+                   what=f"{node}: {argv[0] if argv else ''}")
+
+    def vtysh(self, node: str, command: str, timeout: float = 20) -> Any:
+        """One vtysh command on a router: parsed JSON when the command ends in 'json', else its text."""
+        if self._cfg(node)["role"] == "host":
+            raise SpecError(f"node '{node}' is a host: it runs no FRR")
+        r = run(self.runtime.vtysh_argv(node, [command]), timeout=timeout, what=f"{node}: vtysh")
+        if command.rstrip().endswith("json"):
+            try:
+                return json.loads(r.stdout or "null")
+            except ValueError:
+                raise RuntimeFailure(f"{node}: vtysh '{command}' printed no JSON: {r.stdout[:200]!r}") from None
+        return r.stdout
+
+    def routes(self, node: str) -> set[str]:
+        """The node's kernel IPv4 routes that forward (no linkdown), as prefixes ('10.0.0.2/32')."""
+        self._cfg(node)
+        return verify.kernel_routes(self.runtime, node)
+
+    def verify(self) -> list[dict]:
+        """Every health check once: [{"name", "ok", "detail"}]."""
+        return verify.verify(self.runtime, self.cfgs, stop_at_failure=False)
+
+    def healthy(self) -> bool:
+        return verify.complete(verify.verify(self.runtime, self.cfgs))
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        checks = orchestrate.wait_healthy(self.runtime, self.cfgs, timeout, lambda _m: None)
+        if not verify.complete(checks):
+            bad = next(c for c in checks if not c["ok"])
+            raise AssertionError(f"lab '{self.name}' not healthy after {timeout:g} s: {bad['name']}: {bad['detail']}")
+
+    def wait_for(self, condition: Callable[[], Any], timeout: float = 10, interval: float = 0.05,
+                 what: str | None = None) -> Any:
+        """Poll until ``condition()`` is truthy (FRR topotests' run_and_expect) and return its value;
+        AssertionError with the last value after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what or 'condition'} not met within {timeout:g} s (last value: {value!r})")
+            time.sleep(interval)
+
+    def probes(self, src: str, dst: str, rail: int = 0, flows: int = 16, rate: float = 250,
+               size: int = 64) -> Probes:
+        """Sequence-numbered UDP probes from host ``src`` to host ``dst`` for the ``with`` block."""
+        for h in (src, dst):
+            if self._cfg(h)["role"] != "host":
+                raise SpecError(f"probes: '{h}' is a {self.role(h)}; give hosts")
+        if src == dst:
+            raise SpecError("probes: src and dst are the same host")
+        if not 1 <= flows <= 1024 or not 0 < rate <= 20000:
+            raise SpecError("probes: flows must be 1..1024 and rate (packets/s per flow) 0..20000")
+        self.host_ip(src, rail), self.host_ip(dst, rail)
+        self._nprobes += 1
+        return Probes(self, src, dst, rail, flows, rate, size, self._nprobes)
+
+    @contextlib.contextmanager
+    def fault(self, kind: str, node: str, iface: str | list[str] | None = None, **params) -> Iterator[dict]:
+        """Apply one fault (any kind of ``hpnlab fail --list``) for the ``with`` block; it is reverted on
+        exit, always. Yields its record: {"label", "applied", "reverted"} (epoch seconds)."""
+        f = faultmod.parse({"kind": kind, "node": node, "iface": iface, **params}, "fault", self.cfgs)
+        inj = faultmod.Injector(self.runtime, self.cfgs)
+        rec = {"label": f.label, "kind": kind, "applied": time.time(), "reverted": None}
+        self._fault_log.append(rec)
+        try:
+            inj.apply(f)
+            yield rec
+        finally:
+            inj.revert_all()
+            rec["reverted"] = time.time()
+
+    def faults(self) -> dict[str, str]:
+        return dict(faultmod.KINDS)
+
+    def _cfg(self, node: str) -> dict:
+        if node not in self.cfgs:
+            raise SpecError(f"node '{node}' is not in lab '{self.name}'; nodes: {', '.join(sorted(self.cfgs))}")
+        return self.cfgs[node]
+
+
+def resolve_spec(spec: str | Path | dict | Spec, name: str | None = None, overrides: dict | None = None) -> Spec:
+    """A Spec from a file path (or a shipped example's name), a dict or a Spec, with overrides merged in."""
+    if isinstance(spec, Spec):
+        data = spec.model_dump(mode="json")
+        where = "spec"
+    elif isinstance(spec, dict):
+        data, where = copy.deepcopy(spec), "spec"
+    else:
+        data, where = load_spec_data(spec)
+    if overrides:
+        if not isinstance(overrides, dict):
+            raise SpecError("overrides: give a mapping like {'tier2': 'clos'}")
+        data = merge(data, overrides)
+    if name is not None:
+        data["name"] = check_lab_name(name, "name")
+    return parse_spec(data, where)

@@ -1,0 +1,135 @@
+"""hpnlab command line: parses arguments, calls the library, prints. Every user-facing error is one line on stderr with exit code 2 (bad input) or 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from hpnlab import __version__
+from hpnlab.cli import images, labcmds, trafficcmds
+from hpnlab.errors import HpnlabError
+
+EPILOG = """\
+pipeline: spec (YAML) -> topology -> configs (Jinja2) -> runtime (netns | clab) -> agents -> verify
+
+examples:
+  hpnlab generate --out out/hpn            render the default lab's files (no root needed)
+  hpnlab generate examples/hpn-pod-15k.yml --out out/pod --summary
+  hpnlab calc                              the paper's Table 1 and Table 2 from switch parameters
+  sudo hpnlab up                           bring the default lab up on network namespaces, verify it
+  sudo hpnlab images build && sudo hpnlab up --runtime clab     the same lab on containerlab + Docker
+  sudo hpnlab status --json                per-node health for scripts
+  sudo hpnlab exec s0r0a -- vtysh -c 'show bgp summary'
+  sudo hpnlab probe paths s0h0 s1h0        which ToR/agg each source port takes (scapy TTL probes)
+  sudo hpnlab fail link-down s0h0 r0p0 --for 5
+  sudo hpnlab capture s0r0a h0p0 --duration 5
+  sudo hpnlab run experiments/link-failure.yml --out results/link-failure
+  sudo hpnlab down                         remove everything the lab created
+"""
+
+
+def _print_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from hpnlab import render, spec, topology
+
+    t0 = time.monotonic()
+    sp = spec.load_spec(args.spec)
+    topo = topology.build(sp)
+    files = render.render(topo)
+    out = render.write(files, args.out)
+    summ = topology.summary(topo)
+    summ.update({"out": str(out), "files": len(files), "seconds": round(time.monotonic() - t0, 3)})
+    if args.json:
+        _print_json(summ)
+        return 0
+    print(f"hpnlab: wrote {len(files)} files for lab '{topo.name}' to {out} in {summ['seconds']} s")
+    if args.summary:
+        from hpnlab.calc import path_search
+
+        ps = path_search(sp)
+        print(f"  {summ['hosts']} hosts ({summ['gpus']} GPUs at {sp.rails} rails), {summ['tors']} ToRs in "
+              f"{summ['dual_tor_sets']} sets, {summ['aggs']} aggs, {summ['cores']} cores")
+        print(f"  {summ['links']} links {summ['links_by_kind']}, {summ['bgp_sessions']} BGP sessions")
+        print(f"  path search per host: O({'x'.join(map(str, ps['factors']))}) = {ps['complexity']}")
+    print(f"  topology: {out / 'topology.json'}   containerlab: {out / (topo.name + '.clab.yml')}   "
+          f"picture: {out / 'fabric.svg'}")
+    return 0
+
+
+def cmd_calc(args: argparse.Namespace) -> int:
+    from hpnlab import calc
+
+    rep = calc.report()
+    if args.json:
+        _print_json(rep)
+        return 0
+    print("Table 2: key mechanisms affecting maximal scale (51.2 Tbps chip, 128x200G down + 60x400G up)")
+    print(f"  {'mechanism':<28}{'tier1 GPUs':>12}{'':>7}{'tier2 GPUs':>12}")
+    for r in rep["table2"]:
+        f1 = f"(x{r['tier1_factor']:g})" if r["tier1_factor"] and r["tier1_factor"] != 1 else ""
+        f2 = f"(x{r['tier2_factor']:g})" if r["tier2_factor"] and r["tier2_factor"] != 1 else ""
+        print(f"  {r['mechanism']:<28}{r['tier1_gpus']:>12}{f1:>7}{r['tier2_gpus']:>12} {f2}")
+    p = rep["hpn_pod"]
+    print(f"HPN Pod: {p['gpus_per_segment']} GPUs/segment x {p['segments']} segments = {p['gpus_per_pod']} GPUs; "
+          f"{p['tors']} ToRs, {p['aggs']} aggs ({p['aggs_per_plane']} per plane), "
+          f"{p['access_links'] + p['tor_agg_links']} links; ToR oversubscription {p['tor_oversubscription']}:1")
+    print("Table 1: complexity of path selection")
+    for r in rep["table1"]:
+        print(f"  {r['architecture']:<18}{r['gpus']:>7} GPUs  {r['tiers']} tiers  {r['switches']:<22}{r['notation']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hpnlab",
+        description="Packet-level testbed for Alibaba HPN's non-stacked dual-ToR, dual-plane AI training fabric.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"hpnlab {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    g = sub.add_parser("generate", help="render topology, FRR/agent/containerlab configs and a picture from a spec",
+                       description="Render a lab: topology.json, <name>.clab.yml, <node>/frr.conf, daemons, "
+                                   "node.json (agent/host plan) and fabric.svg. Needs no root and no runtime.")
+    g.add_argument("spec", nargs="?", help="lab spec YAML (default: examples/default.yml)")
+    g.add_argument("--out", "-o", required=True, help="output directory (replaced atomically if it holds an "
+                                                      "earlier hpnlab output)")
+    g.add_argument("--summary", action="store_true", help="print sizes, BGP sessions and path-search size")
+    g.add_argument("--json", action="store_true", help="print the summary as JSON")
+    g.set_defaults(func=cmd_generate)
+
+    c = sub.add_parser("calc", help="reproduce the paper's Table 2 (scale) and Table 1 (path search)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_calc)
+
+    labcmds.add_parsers(sub)
+    trafficcmds.add_parsers(sub)
+    images.add_parsers(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except HpnlabError as e:
+        print(f"hpnlab: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("hpnlab: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

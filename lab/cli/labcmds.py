@@ -1,0 +1,210 @@
+"""Lab subcommands: up, down, status, verify, exec, shell. Each parses, calls hpnlab.orchestrate, prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from hpnlab import frr, runtime as runtimes, verify
+from hpnlab.errors import RuntimeFailure, SpecError
+from hpnlab.orchestrate import Progress, bring_up, need_root, open_lab, resolve_lab, tear_down
+from hpnlab.proc import pid_alive
+from hpnlab.runtime.base import Runtime, state_dir
+from hpnlab.spec import load_spec
+
+def print_checks(checks: list[dict], out=sys.stdout) -> None:
+    w = max([len(c["name"]) for c in checks] + [5])
+    print(f"{'check':<{w}}  {'':4}  detail", file=out)
+    for c in checks:
+        print(f"{c['name']:<{w}}  {'ok' if c['ok'] else 'FAIL':4}  {c['detail']}", file=out)
+
+
+# --- commands ------------------------------------------------------------------------------------------
+def up(args) -> int:
+    spec = load_spec(args.spec)
+    need_root("hpnlab up")
+    progress = Progress(args.json)
+    rt, cfgs, checks = bring_up(spec, args.runtime, args.timeout, progress, keep=args.keep)
+    lab = spec.name
+    ok = verify.complete(checks)
+    if args.json:
+        json.dump({"lab": lab, "ok": ok, "seconds": round(progress.elapsed, 2), "checks": checks}, sys.stdout,
+                  indent=1)
+        print()
+    else:
+        print_checks(checks)
+    if not ok:
+        failing = next(c for c in checks if not c["ok"])
+        raise RuntimeFailure(f"lab '{lab}' not healthy after {args.timeout:g} s: {failing['name']}: "
+                             f"{failing['detail']}")
+    progress(f"lab '{lab}' is up and verified in {progress.elapsed:.1f} s "
+             f"(hpnlab status / hpnlab exec NODE -- CMD / hpnlab down)")
+    return 0
+
+
+def down(args) -> int:
+    lab = load_spec(args.spec).name if args.spec else resolve_lab(args.lab)
+    need_root("hpnlab down")
+    progress = Progress()
+    if not tear_down(lab, progress):
+        progress(f"lab '{lab}' is not running: nothing to do")
+        return 0
+    progress(f"lab '{lab}' removed")
+    return 0
+
+
+def verify_cmd(args) -> int:
+    need_root("hpnlab verify")
+    rt, cfgs = open_lab(resolve_lab(args.lab))
+    checks = verify.verify(rt, cfgs, stop_at_failure=False)
+    ok = verify.complete(checks)
+    if args.json:
+        json.dump(checks, sys.stdout, indent=1)
+        print()
+    else:
+        print_checks(checks)
+    return 0 if ok else 1
+
+
+def status(args) -> int:
+    need_root("hpnlab status")
+    lab = resolve_lab(args.lab)
+    if not (state_dir(lab) / "state.json").exists():
+        if args.json:
+            json.dump({"lab": lab, "running": False}, sys.stdout)
+            print()
+        else:
+            print(f"lab '{lab}' is not running")
+        return 1
+    rt, cfgs = open_lab(lab)
+    daemons: dict[str, list[bool]] = {}
+    for pid, ns in rt.frr_pids().items():
+        daemons.setdefault(ns, []).append(pid_alive(pid))
+    containers = rt.inspect()  # the container engine's own view of the nodes, where there is one
+    rows = []
+    for n, c in cfgs.items():
+        row: dict = {"node": n, "role": c["role"], "netns": rt.netns(n)}
+        oks = []
+        if containers is not None:
+            row["container"] = containers.get(n, {}).get("state", "missing")
+            oks.append(row["container"] == "running")
+        if c["role"] != "host":
+            alive, want = daemons.get(rt.netns(n), []), len(frr.daemons(c["bfd"]))
+            row["frr"] = f"{sum(alive)}/{want} daemons"
+            bgp = verify.check_bgp(rt, {n: c})[0]
+            row["bgp"] = bgp["detail"]
+            oks += [sum(alive) == want, bgp["ok"]]
+        for ag in verify.check_agents(rt, {n: c}):  # none for routers and kernel-bonded hosts
+            row["agent"] = "ok" if ag["ok"] else ag["detail"]
+            oks.append(ag["ok"])
+        st = verify.read_status(rt, n) or {}
+        ports = st.get("ports", []) if c["role"] == "tor" else [p for nic in st.get("nics", []) for p in nic["ports"]]
+        if "agent" in row and c["mechanisms"]["lacp"]:
+            cd = sum(p["mux"] == "collecting_distributing" for p in ports)
+            row["lacp"] = f"{cd}/{len(ports)} ports C/D"
+            oks.append(bool(ports) and cd == len(ports))
+        if c["role"] == "tor":
+            row["host_routes"] = len(st.get("host_routes", {}))
+        row["ok"] = all(oks)
+        rows.append(row)
+    healthy = all(r["ok"] for r in rows)
+    if args.json:
+        json.dump({"lab": lab, "running": True, "runtime": rt.name, "healthy": healthy, "nodes": rows},
+                  sys.stdout, indent=1)
+        print()
+        return 0 if healthy else 1
+    cols = ["node", "role"] + (["container"] if containers is not None else []) + \
+        ["frr", "bgp", "agent", "lacp", "host_routes"]
+    for r in rows:
+        r["role"] = r["role"] if r["ok"] else f"{r['role']} !"
+    widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in cols}
+    print(f"lab '{lab}' ({rt.name} runtime)")
+    print("  ".join(f"{k:<{widths[k]}}" for k in cols))
+    for r in rows:
+        print("  ".join(f"{str(r.get(k, '')):<{widths[k]}}" for k in cols))
+    return 0 if healthy else 1
+
+
+def _open_node(args, what: str) -> tuple[Runtime, dict[str, dict]]:
+    need_root(what)
+    rt, cfgs = open_lab(resolve_lab(args.lab))
+    if args.node not in cfgs:
+        raise SpecError(f"node '{args.node}' is not in lab '{rt.lab}'; nodes: {', '.join(sorted(cfgs))}")
+    return rt, cfgs
+
+
+def _node_argv(args, argv: list[str]) -> list[str]:
+    rt, cfgs = _open_node(args, "hpnlab exec")
+    if argv and argv[0] == "vtysh":
+        if cfgs[args.node]["role"] == "host":
+            raise SpecError(f"node '{args.node}' is a host: it runs no FRR")
+        return rt.vtysh_argv(args.node, [], tty=sys.stdin.isatty()) + argv[1:]
+    return rt.exec_argv(args.node, argv)
+
+
+def exec_cmd(args) -> int:
+    argv = list(args.cmd)
+    while argv[:1] == ["--lab"] or (argv[:1] and argv[0].startswith("--lab=")):  # hpnlab exec NODE --lab X -- CMD
+        if argv[0] == "--lab":
+            if len(argv) < 2:
+                raise SpecError("--lab: give the lab name, e.g. hpnlab exec s0r0a --lab hpn -- ip route")
+            args.lab, argv = argv[1], argv[2:]
+        else:
+            args.lab, argv = argv[0].split("=", 1)[1], argv[1:]
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise SpecError("give a command after the node, e.g. hpnlab exec s0r0a -- vtysh -c 'show bgp summary'")
+    full = _node_argv(args, argv)  # vtysh reaches the node's daemons through their sockets
+    os.execvp(full[0], full)
+    return 0
+
+
+def shell(args) -> int:
+    rt, _ = _open_node(args, "hpnlab shell")
+    full = rt.shell_argv(args.node, os.environ.get("SHELL", "/bin/bash"))
+    os.environ["PS1"] = f"[{args.node}] \\w# "
+    print(f"shell in node {args.node} (exit to leave)", file=sys.stderr)
+    os.execvp(full[0], full)
+    return 0
+
+
+def add_parsers(sub) -> None:
+    u = sub.add_parser("up", help="bring a lab up (network namespaces by default) and verify it",
+                       description="Render the spec, create the nodes and links, start FRR and the agents, "
+                                   "and poll until every check passes (LACP, BGP, host routes, reachability). "
+                                   "Any error or Ctrl-C rolls everything back.")
+    u.add_argument("spec", nargs="?", help="lab spec YAML (default: examples/default.yml)")
+    u.add_argument("--runtime", default="netns", choices=runtimes.names(),
+                   help="netns (default: network namespaces, no Docker) or clab (containerlab + Docker, images "
+                        "from 'hpnlab images build'; HPNLAB_CLAB_TIMEOUT bounds the deploy, default 600 s)")
+    u.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
+    u.add_argument("--keep", action="store_true", help="leave an unhealthy lab up for debugging")
+    u.add_argument("--json", action="store_true", help="print the verify result as JSON")
+    u.set_defaults(func=up)
+
+    d = sub.add_parser("down", help="remove a lab and everything it created (idempotent)")
+    d.add_argument("spec", nargs="?", help="spec of the lab to remove (or use --lab)")
+    d.add_argument("--lab", help="lab name (default: the only running lab)")
+    d.set_defaults(func=down)
+
+    for name, fn, hlp in (("status", status, "per-node health table (FRR, BGP, agents, LACP)"),
+                          ("verify", verify_cmd, "run every health check once; exit 1 if any fails")):
+        p = sub.add_parser(name, help=hlp)
+        p.add_argument("--lab", help="lab name (default: the only running lab)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=fn)
+
+    e = sub.add_parser("exec", help="run a command inside a node (vtysh reaches that node's FRR)",
+                       description="Example: hpnlab exec s0r0a -- vtysh -c 'show bgp summary'")
+    e.add_argument("node")
+    e.add_argument("cmd", nargs=argparse.REMAINDER)
+    e.add_argument("--lab", help="lab name (default: the only running lab)")
+    e.set_defaults(func=exec_cmd)
+
+    s = sub.add_parser("shell", help="interactive shell inside a node's namespace")
+    s.add_argument("node")
+    s.add_argument("--lab", help="lab name (default: the only running lab)")
+    s.set_defaults(func=shell)

@@ -1,0 +1,202 @@
+"""Traffic subcommands: run (experiments), fail (one fault on a running lab), capture (pcap), probe (scapy)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from hpnlab.errors import RuntimeFailure, SpecError
+from hpnlab.orchestrate import need_root, open_lab, resolve_lab
+from hpnlab.traffic import experiment, faults, nodetools, runner
+
+
+def _lab(args):
+    need_root(f"hpnlab {args.command}")
+    return open_lab(resolve_lab(args.lab))
+
+
+# --- run ---------------------------------------------------------------------------------------------------
+def run_cmd(args) -> int:
+    path = experiment.find(args.experiment)
+    only = [v for v in args.variants.split(",") if v] if args.variants else None
+    exp = experiment.load(path, only, args.repetitions, args.duration)  # validates before anything runs
+    out = Path(args.out)
+    if not args.reanalyse:
+        need_root("hpnlab run")
+    if not args.reanalyse and out.exists() and any(out.iterdir()) and not (out / "results.json").exists():
+        raise SpecError(f"--out: '{out}' exists and is not an earlier hpnlab run (no results.json); "
+                        f"give a new or empty directory")
+    if args.reanalyse:
+        if not (out / "results.json").exists():
+            raise SpecError(f"--reanalyse: no results.json in '{out}'; run the experiment first")
+        results = runner.reanalyse(exp, out)
+    else:
+        bar = runner.Bar(quiet=args.json)
+        bar.phase(f"experiment {exp.name}: {len(exp.plans)} variant(s) x {exp.doc.repetitions} repetition(s) x "
+                  f"{exp.doc.duration:g} s -> {out}")
+        results = runner.run_experiment(exp, out, args.runtime, bar)
+    png, table = runner.write_results(results, out)
+    if args.json:
+        json.dump({"results": str(out / "results.json"), "plot": str(png) if png else None,
+                   "variants": {n: {"error": v.get("error"), "faults": v["faults"]} for n, v in
+                                results["variants"].items()}}, sys.stdout, indent=1)
+        print()
+    else:
+        print(table)
+        print(f"results: {out / 'results.json'}" + (f"   plot: {png}" if png else "   (plot: pip install matplotlib)"))
+    failed = [n for n, v in results["variants"].items() if v.get("error")]
+    if failed:
+        raise RuntimeFailure(f"variant(s) {', '.join(failed)} failed: " +
+                             results["variants"][failed[0]]["error"])
+    return 0
+
+
+# --- fail --------------------------------------------------------------------------------------------------
+def fail_cmd(args) -> int:
+    if args.list:
+        for k, v in faults.KINDS.items():
+            print(f"{k:<13} {v}")
+        return 0
+    rt, cfgs = _lab(args)
+    if args.clear:
+        n = faults.revert_state(rt, cfgs)
+        print(f"reverted {n} recorded fault(s) in lab '{rt.lab}'")
+        return 0
+    if not args.kind or not args.node:
+        raise SpecError("give a fault: hpnlab fail KIND NODE [IFACE] (hpnlab fail --list shows the kinds)")
+    f = faults.parse({"kind": args.kind, "node": args.node, "iface": args.iface, "period": args.period,
+                      "count": args.count}, "fault", cfgs)
+    inj = faults.Injector(rt, cfgs)
+    if args.hold is None and args.kind == "link-flap":
+        args.hold = args.period * args.count
+    try:
+        inj.apply(f)
+        print(f"applied: {f.label}", file=sys.stderr)
+        if args.hold is None:
+            inj.active.clear()  # stays recorded in state.json for --clear
+            print(f"it stays until 'hpnlab fail --clear --lab {rt.lab}' (or hpnlab down)", file=sys.stderr)
+            return 0
+        deadline = time.monotonic() + args.hold
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        if inj.active:
+            inj.revert_all()
+            print(f"reverted: {f.label}", file=sys.stderr)
+    return 0
+
+
+# --- capture -----------------------------------------------------------------------------------------------
+def capture_cmd(args) -> int:
+    rt, cfgs = _lab(args)
+    out = Path(args.out or f"{args.node}-{args.iface}.pcap")
+    cap = nodetools.Capture(rt, cfgs, args.node, args.iface, out, args.count, args.filter)
+    print(f"capturing on {args.node}:{args.iface} -> {cap.out}" +
+          (f" for {args.duration:g} s" if args.duration else " (Ctrl-C to stop)"), file=sys.stderr)
+    try:
+        cap.wait(args.duration)
+    except KeyboardInterrupt:
+        pass
+    path = cap.stop()
+    print(f"wrote {path}" + (f" ({cap.summary})" if cap.summary else ""), file=sys.stderr)
+    return 0
+
+
+# --- probe (scapy) -----------------------------------------------------------------------------------------
+def probe_cmd(args) -> int:
+    rt, cfgs = _lab(args)
+    if args.mode == "paths":
+        sports = list(range(args.sport, args.sport + args.flows))
+        res = nodetools.paths(rt, cfgs, args.src, args.dst, args.rail, sports)
+        if args.json:
+            json.dump(res, sys.stdout, indent=1)
+            print()
+            return 0
+        rows = res["paths"]
+        print(f"{res['src']} -> {res['dst']} udp dport {res['dport']}: first two hops per source port")
+        print(f"{'sport':>6}  {'tor':<8} agg")
+        for r in rows:
+            print(f"{r['sport']:>6}  {r['tor']:<8} {r['agg']}")
+        by: dict = {}
+        for r in rows:
+            by[(r["tor"], r["agg"])] = by.get((r["tor"], r["agg"]), 0) + 1
+        print("spread: " + ", ".join(f"{t}/{a}: {n}" for (t, a), n in sorted(by.items())))
+        return 0
+    if args.mode == "arp":
+        res = nodetools.arp(rt, cfgs, args.node, args.iface, args.target)
+    else:
+        res = nodetools.lacp(rt, cfgs, args.node, args.iface, args.wait)
+    json.dump(res, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+def add_parsers(sub) -> None:
+    r = sub.add_parser("run", help="run a failover experiment: labs, traffic, fault timeline -> results.json + plot",
+                       description="Run an experiment YAML (see experiments/). Per variant: bring a lab up, run the "
+                                   "probes and workload, play the fault timeline, repeat, take the lab down. "
+                                   "Writes DIR/results.json, DIR/plot.png, DIR/summary.txt and raw reports.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  sudo hpnlab run experiments/link-failure.yml --out results/link-failure\n"
+                              "  sudo hpnlab run link-flap --out /tmp/flap --repetitions 1 --variants dual-tor")
+    r.add_argument("experiment", help="experiment YAML (or the name of one in experiments/)")
+    r.add_argument("--out", "-o", required=True, help="output directory")
+    r.add_argument("--repetitions", "-n", type=int, help="override the file's repetitions")
+    r.add_argument("--duration", type=float, help="override the file's duration (seconds)")
+    r.add_argument("--variants", help="comma-separated subset of variants to run")
+    r.add_argument("--runtime", default="netns", help="netns (default) or clab")
+    r.add_argument("--json", action="store_true", help="print a JSON digest instead of the table")
+    r.add_argument("--reanalyse", action="store_true",
+                   help="recompute results.json, plot and summary from DIR/raw without running anything")
+    r.set_defaults(func=run_cmd)
+
+    f = sub.add_parser("fail", help="inject one fault into a running lab (reverted after --for, on Ctrl-C, or by --clear)",
+                       description="Kinds: " + "; ".join(f"{k}: {v}" for k, v in faults.KINDS.items()),
+                       epilog="examples:\n  sudo hpnlab fail link-down s0h0 r0p0 --for 5\n"
+                              "  sudo hpnlab fail hang s0r0a            (stays until: hpnlab fail --clear)\n"
+                              "  sudo hpnlab fail link-flap s0h0 r0p0 --period 1 --count 5",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    f.add_argument("kind", nargs="?")
+    f.add_argument("node", nargs="?")
+    f.add_argument("iface", nargs="?", help="for link faults (comma-separated for a multi-port cable)")
+    f.add_argument("--for", dest="hold", type=float, help="seconds to hold it, then revert")
+    f.add_argument("--period", type=float, default=1.0, help="link-flap period (s)")
+    f.add_argument("--count", type=int, default=3, help="link-flap count")
+    f.add_argument("--clear", action="store_true", help="revert every fault recorded for the lab")
+    f.add_argument("--list", action="store_true", help="list fault kinds")
+    f.add_argument("--lab", help="lab name (default: the only running lab)")
+    f.set_defaults(func=fail_cmd)
+
+    c = sub.add_parser("capture", help="write a pcap of one node interface (tcpdump inside the node)")
+    c.add_argument("node")
+    c.add_argument("iface")
+    c.add_argument("--out", "-o", help="pcap file (default NODE-IFACE.pcap)")
+    c.add_argument("--duration", type=float, help="seconds (default: until Ctrl-C or --count)")
+    c.add_argument("--count", type=int, help="stop after this many packets")
+    c.add_argument("--filter", help="tcpdump filter expression, e.g. 'ether proto 0x8809'")
+    c.add_argument("--lab", help="lab name (default: the only running lab)")
+    c.set_defaults(func=capture_cmd)
+
+    p = sub.add_parser("probe", help="crafted packets with scapy: ECMP paths (TTL probes), ARP, LACP")
+    psub = p.add_subparsers(dest="mode", required=True, metavar="MODE")
+    a = psub.add_parser("paths", help="which ToR and agg each source port takes from SRC to DST")
+    a.add_argument("src")
+    a.add_argument("dst")
+    a.add_argument("--rail", type=int, default=0)
+    a.add_argument("--flows", type=int, default=16)
+    a.add_argument("--sport", type=int, default=20000, help="first source port")
+    a.add_argument("--json", action="store_true")
+    b = psub.add_parser("arp", help="ARP request out of one host port; show who answers with which MAC")
+    b.add_argument("node")
+    b.add_argument("iface")
+    b.add_argument("target", help="IP to ask for")
+    lp = psub.add_parser("lacp", help="decode the LACPDUs heard on a node port")
+    lp.add_argument("node")
+    lp.add_argument("iface")
+    lp.add_argument("--wait", type=float, default=3.0)
+    for x in (a, b, lp):
+        x.add_argument("--lab", help="lab name (default: the only running lab)")
+        x.set_defaults(func=probe_cmd, command="probe")

@@ -1,0 +1,125 @@
+"""Typed models of the two files a running lab keeps: each node's node.json (what the renderer wrote for
+the runtime and the node's agent) and the lab's state.json (what the runtime created, recorded before it
+is created). Loading either validates it, so a damaged file is one clear line, not a KeyError later.
+
+The agents inside the nodes read node.json as plain JSON (they must not import pydantic); these models
+are the controller's view of the same files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hpnlab.errors import StateError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Interface(_Model):
+    name: str
+    mac: str
+    peer: str
+    peer_iface: str
+    kind: Literal["access", "uplink", "core"]
+
+
+class Nic(_Model):
+    rail: int
+    ip: str
+    mac: str
+    subnet: str
+    gateway: str
+    ports: list[str]
+    tors: list[str]
+    remote_subnets: list[str]
+
+
+class HostPort(_Model):
+    iface: str
+    port_id: int | None
+    host: str
+    host_iface: str
+    host_port: int | None
+
+
+class NodeConfig(_Model):
+    lab: str
+    name: str
+    role: Literal["host", "tor", "agg", "core"]
+    interfaces: list[Interface]
+    mechanisms: dict[str, bool]
+    sysctls: dict[str, int]
+    lacp: dict[str, Any] | None = None
+    # hosts
+    driver: Literal["auto", "userspace", "bond"] | None = None
+    nics: list[Nic] | None = None
+    # routers
+    asn: int | None = None
+    router_id: str | None = None
+    bfd: bool | None = None
+    fabric_ifaces: list[str] | None = None
+    # ToRs
+    segment: int | None = None
+    rail: int | None = None
+    side: str | None = None
+    plane: int | None = None
+    subnet: str | None = None
+    gateway: str | None = None
+    table: int | None = None
+    host_ports: list[HostPort] | None = None
+
+
+class FaultRecord(_Model):
+    kind: str
+    node: str
+    iface: str | None = None
+    at: float = 0.0
+    until: float | None = None
+    period: float = 1.0
+    count: int = 3
+    undo: dict[str, Any] = {}
+
+
+class LabState(_Model):
+    """state.json: rewritten after every step of a deploy, so ``down`` can undo a crashed ``up``."""
+
+    lab: str
+    runtime: str = "netns"
+    config: str | None = None
+    started: float | None = None
+    host_driver: Literal["userspace", "bond"] | None = None
+    netns: list[str] = []  # namespaces the lab creates, recorded before creation
+    frr_dirs: list[str] = []  # FRR pathspace directories, recorded before creation
+    agents: dict[str, int] = {}  # node -> agent PID (namespace runtime)
+    faults: list[FaultRecord] = []  # applied and not yet reverted, with their undo recipes
+    clab_topology: str | None = None
+    owner_pid: int | None = Field(None, description="the hpnlab process deploying it (while it deploys)")
+
+
+def _why(err: ValidationError) -> str:
+    e = err.errors(include_url=False)[0]
+    return f"field '{'.'.join(map(str, e['loc'])) or '(top)'}': {e['msg']}"
+
+
+def load_json_model(model: type[_Model], path: Path, what: str, fix: str) -> _Model:
+    """Read and validate one file; every way it can be damaged is one StateError line saying ``fix``."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise StateError(f"{what} {path} is missing: {fix}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise StateError(f"{what} {path} cannot be read ({e.__class__.__name__}): {fix}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise StateError(f"{what} {path} is not valid JSON ({e.msg} at line {e.lineno}): {fix}") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise StateError(f"{what} {path} is damaged ({_why(err)}): {fix}") from None

@@ -1,0 +1,224 @@
+"""What both agents share: LACP packet sockets, ARP kicks, a status file, and the select loop.
+
+Kept free of heavy imports (no pyroute2, no scapy) so the host agent stays small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+from hpnlab.node import lacp
+
+SOL_PACKET = 263
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_MR_MULTICAST = 0
+ETH_P_ARP = 0x0806
+RTMGRP_LINK, RTMGRP_NEIGH = 0x1, 0x4
+RTM_NEWLINK, RTM_DELLINK, RTM_NEWNEIGH, RTM_DELNEIGH = 16, 17, 28, 29
+NLMSG_HDRLEN = 16
+NDA_DST = 1
+
+
+def log(msg: str) -> None:
+    sys.stdout.write(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {msg}\n")
+    sys.stdout.flush()
+
+
+def packet_socket(iface: str) -> socket.socket:
+    """AF_PACKET socket receiving only Slow Protocols (LACP) frames on ``iface``."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(lacp.ETH_P_SLOW))
+    s.bind((iface, lacp.ETH_P_SLOW))
+    idx = socket.if_nametoindex(iface)
+    mreq = struct.pack("iHH8s", idx, PACKET_MR_MULTICAST, 6, lacp.SLOW_PROTOCOLS_MAC + b"\0\0")
+    s.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+    s.setblocking(False)
+    return s
+
+
+def arp_request(src_mac: str, src_ip: str, target_ip: str) -> bytes:
+    """Broadcast who-has: makes the ToR on this port learn us (and refresh its /32)."""
+    smac = lacp.mac_bytes(src_mac)
+    return (b"\xff" * 6 + smac + struct.pack("!H", ETH_P_ARP)
+            + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + smac + socket.inet_aton(src_ip)
+            + b"\0" * 6 + socket.inet_aton(target_ip))
+
+
+def rtnl_socket(groups: int) -> socket.socket:
+    """A raw rtnetlink socket subscribed to ``groups``, read straight from the agent's select loop
+    (no reader thread, no library buffering between the kernel's event and the agent)."""
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    s.bind((0, groups))
+    s.setblocking(False)
+    return s
+
+
+def nl_messages(sock: socket.socket) -> tuple[list[tuple[int, bytes]], bool]:
+    """Drain the socket: (message type, payload) of every message, and whether the kernel dropped some
+    (ENOBUFS: the caller must then re-read the state it follows)."""
+    msgs: list[tuple[int, bytes]] = []
+    overrun = False
+    while True:
+        try:
+            buf = sock.recv(1 << 16)
+        except BlockingIOError:
+            return msgs, overrun
+        except OSError as e:
+            if e.errno != errno.ENOBUFS:
+                raise
+            overrun = True
+            continue
+        msgs += split_nl(buf)
+
+
+def split_nl(buf: bytes) -> list[tuple[int, bytes]]:
+    out, off = [], 0
+    while off + NLMSG_HDRLEN <= len(buf):
+        length, mtype = struct.unpack_from("=IH", buf, off)
+        if length < NLMSG_HDRLEN or off + length > len(buf):
+            break
+        out.append((mtype, buf[off + NLMSG_HDRLEN:off + length]))
+        off += (length + 3) & ~3
+    return out
+
+
+def parse_neigh(payload: bytes) -> tuple[int, int, str | None]:
+    """ndmsg (family, ifindex, NUD state) and its NDA_DST -> (ifindex, state, IPv4 address or None)."""
+    family = payload[0]
+    ifindex, state = struct.unpack_from("=iH", payload, 4)
+    dst, off = None, 12
+    while off + 4 <= len(payload):
+        alen, atype = struct.unpack_from("=HH", payload, off)
+        if alen < 4:
+            break
+        if atype == NDA_DST and family == socket.AF_INET and alen == 8:
+            dst = socket.inet_ntoa(payload[off + 4:off + 8])
+        off += (alen + 3) & ~3
+    return ifindex, state, dst
+
+
+def carrier(iface: str) -> bool:
+    try:
+        return Path(f"/sys/class/net/{iface}/carrier").read_text().strip() == "1"
+    except OSError:  # reading carrier of an admin-down link fails with EINVAL
+        return False
+
+
+def iface_mac(iface: str) -> str:
+    return Path(f"/sys/class/net/{iface}/address").read_text().strip()
+
+
+class StatusFile:
+    """Atomically rewritten JSON: status/verify read it; its ``time`` is the agent's heartbeat."""
+
+    def __init__(self, path: str | None):
+        self.path = Path(path) if path else None
+
+    def write(self, data: dict) -> None:
+        if not self.path:
+            return
+        data = {**data, "pid": os.getpid(), "time": time.time()}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path)
+
+
+class Stop(Exception):
+    pass
+
+
+def install_signal_handlers() -> None:
+    def stop(_sig, _frm):
+        raise Stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+class LacpDriver:
+    """Owns the packet sockets of a set of LACP ports and moves frames in and out of the machines."""
+
+    def __init__(self, ports: list[lacp.Port], enabled: bool):
+        self.ports = ports
+        self.enabled = enabled  # mechanisms.lacp; off = static, no LACPDUs
+        self.socks: dict[int, tuple[socket.socket, lacp.Port]] = {}
+        self.tx_socks: dict[str, socket.socket] = {}
+        for p in ports:
+            s = packet_socket(p.iface)
+            self.tx_socks[p.iface] = s
+            if enabled:
+                self.socks[s.fileno()] = (s, p)
+
+    def fds(self) -> list[int]:
+        return list(self.socks)
+
+    def handle(self, fd: int, now: float) -> None:
+        s, port = self.socks[fd]
+        while True:
+            try:
+                frame = s.recv(2048)
+            except BlockingIOError:
+                return
+            except OSError:
+                return  # link went away under us; carrier handling resyncs
+            pdu = lacp.decode(frame)
+            if pdu:
+                port.receive(pdu[0], pdu[1], now)
+
+    def send(self, iface: str, frame: bytes) -> None:
+        try:
+            self.tx_socks[iface].send(frame)
+        except OSError:
+            pass  # carrier down: the periodic machine retries
+
+    def transmit(self, now: float) -> None:
+        if not self.enabled:
+            return
+        for p in self.ports:
+            f = p.due(now)
+            if f:
+                self.send(p.iface, f)
+
+    def next_deadline(self, now: float) -> float:
+        if not self.enabled:
+            return now + 1.0
+        return min([p.next_deadline() for p in self.ports if p.enabled] or [now + 1.0])
+
+
+def wait(fds: list[int], deadline: float) -> list[int]:
+    timeout = max(0.0, min(deadline - time.monotonic(), 1.0))
+    r, _, _ = select.select(fds, [], [], timeout)
+    return r
+
+
+def agent_main(cls, doc: str, argv: list[str] | None = None) -> int:
+    """Shared entry point: ``python -m hpnlab.node.<role> NODE_JSON [--status FILE]``; SIGTERM calls stop()."""
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("config", help="the node's node.json from hpnlab generate")
+    ap.add_argument("--status", help="status file to rewrite every second (the agent's heartbeat)")
+    ap.add_argument("--log", help="append stdout and stderr here (for `docker exec -d`, which discards them)")
+    args = ap.parse_args(argv)
+    if args.log:
+        fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    with open(args.config) as f:
+        cfg = json.load(f)
+    install_signal_handlers()
+    agent = cls(cfg, args.status)
+    try:
+        agent.run()
+    except Stop:
+        agent.stop()
+    return 0

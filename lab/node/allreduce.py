@@ -1,0 +1,278 @@
+"""Ring all-reduce: a training-like workload whose iteration rate is the "training throughput" of the
+paper's Fig. 18.
+
+Ranks (one per host, on one rail) form a ring; an iteration is 2(n-1) synchronised steps, each sending
+size/n bytes to the next rank and waiting for the same from the previous one, so one stuck connection
+stalls the whole ring, as in training. Two ways to carry a step (DESIGN: dual-plane meets dual-ToR):
+
+- ``one``: a single TCP connection per peer, plain per-flow ECMP hashing;
+- ``least-loaded``: several connections per peer (different source ports, so different paths); every
+  segment goes to the connection with the fewest unacknowledged bytes (SIOCOUTQ), and a connection whose
+  acknowledgements stop moving is drained: its unacknowledged segments are re-sent on the others
+  (the receiver drops duplicates), the host-side path selection of the paper's §6.1 / Appendix B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import errno
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+
+FRAME = struct.Struct("!IIII")  # step, segment, segments in step, payload length
+SIOCOUTQ = 0x5411
+HELLO = struct.Struct("!II")
+
+
+class Conn:
+    def __init__(self, sock: socket.socket, idx: int):
+        self.sock = sock
+        self.idx = idx
+        self.pending: collections.deque = collections.deque()  # [key, frame memoryview, bytes written]
+        self.inflight: collections.deque = collections.deque()  # (stream end offset, key, frame) in the kernel
+        self.written = 0
+        self.acked = 0
+        self.progress_at = time.monotonic()
+        self.stalled = False
+        self.stalls = 0
+        self.dead = False  # reset by the peer (it finished its run first)
+        self.rbuf = bytearray()
+
+    def outq(self) -> int:
+        try:
+            return struct.unpack("i", fcntl.ioctl(self.sock.fileno(), SIOCOUTQ, b"\0\0\0\0"))[0]
+        except OSError:
+            return 0
+
+    def load(self) -> int:
+        return self.outq() + sum(len(f) - w for _k, f, w in self.pending)
+
+    def update_acks(self, now: float) -> None:
+        acked = self.written - self.outq()
+        if acked > self.acked:
+            self.acked = acked
+            self.progress_at = now
+            self.stalled = False
+        while self.inflight and self.inflight[0][0] <= self.acked:
+            self.inflight.popleft()
+        if not self.inflight and not self.pending:
+            self.progress_at = now
+
+    def flush(self) -> None:
+        while self.pending:
+            item = self.pending[0]
+            key, frame, w = item
+            try:
+                n = self.sock.send(frame[w:])
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno in (errno.EAGAIN, errno.ENOBUFS):
+                    return
+                if e.errno in (errno.EPIPE, errno.ECONNRESET):
+                    self.dead = True
+                    self.pending.clear()
+                    return
+                raise
+            item[2] += n
+            self.written += n
+            if item[2] == len(frame):
+                self.pending.popleft()
+                self.inflight.append((self.written, key, frame))
+            else:
+                return
+
+
+class Ring:
+    def __init__(self, rank: int, addrs: list[str], port: int, size: int, conns: int, select: str,
+                 segment: int = 65536, stall: float = 0.15):
+        self.rank, self.addrs, self.port = rank, addrs, port
+        self.n = len(addrs)
+        self.chunk = max(1, size // self.n)
+        self.conns_wanted = conns if select == "least-loaded" else 1
+        self.select = select
+        self.segment = segment
+        self.stall = stall
+        self.payload = bytes(segment)
+        self.out: list[Conn] = []
+        self.inc: list[Conn] = []
+        self.received: dict[int, set[int]] = collections.defaultdict(set)  # step -> segments seen
+        self.nseg: dict[int, int] = {}  # step -> segments in it
+        self.step = 0
+        self.resent = 0
+        self.dups = 0
+
+    # --- setup ---------------------------------------------------------------------------------------------
+    def connect(self, deadline: float) -> None:
+        me, nxt = self.addrs[self.rank], self.addrs[(self.rank + 1) % self.n]
+        lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lsock.bind((me, self.port))
+        lsock.listen(64)
+        lsock.settimeout(0.05)
+        while len(self.out) < self.conns_wanted or len(self.inc) < self.conns_wanted:
+            if time.time() > deadline:
+                raise SystemExit(f"rank {self.rank}: ring not connected by the deadline "
+                                 f"({len(self.out)} out, {len(self.inc)} in)")
+            if len(self.out) < self.conns_wanted:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.bind((me, 0))
+                s.settimeout(0.2)
+                try:
+                    s.connect((nxt, self.port))
+                    s.sendall(HELLO.pack(self.rank, len(self.out)))
+                    self.out.append(Conn(s, len(self.out)))
+                except OSError:
+                    s.close()
+            try:
+                c, _ = lsock.accept()
+                c.settimeout(2)
+                c.recv(HELLO.size, socket.MSG_WAITALL)
+                self.inc.append(Conn(c, len(self.inc)))
+            except (socket.timeout, OSError):
+                pass
+        lsock.close()
+        for c in self.out + self.inc:
+            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c.sock.setblocking(False)
+
+    # --- sending -------------------------------------------------------------------------------------------
+    def pick(self, exclude: Conn | None = None) -> Conn:
+        live = [c for c in self.out if not c.dead] or self.out
+        cands = [c for c in live if c is not exclude and not c.stalled] or \
+                [c for c in live if c is not exclude] or live
+        return min(cands, key=Conn.load) if len(cands) > 1 else cands[0]
+
+    def send_step(self, step: int) -> None:
+        nseg = -(-self.chunk // self.segment)
+        left = self.chunk
+        for seg in range(nseg):
+            ln = min(self.segment, left)
+            left -= ln
+            frame = memoryview(FRAME.pack(step, seg, nseg, ln) + self.payload[:ln])
+            self.pick().pending.append([(step, seg), frame, 0])
+
+    def check_stalls(self, now: float) -> None:
+        if self.select != "least-loaded" or len(self.out) < 2:
+            return
+        for c in self.out:
+            c.update_acks(now)
+            if not c.stalled and (c.inflight or c.pending) and now - c.progress_at > self.stall:
+                c.stalled = True
+                c.stalls += 1
+                # Everything not yet acknowledged on it goes to the other connections again.
+                keep = collections.deque()
+                moved = [(k, f) for _e, k, f in c.inflight]
+                for item in c.pending:
+                    if item[2] > 0:
+                        keep.append(item)  # a frame half in the byte stream must be finished there
+                        moved.append((item[0], item[1]))
+                    else:
+                        moved.append((item[0], item[1]))
+                c.pending = keep
+                for k, f in moved:
+                    self.pick(exclude=c).pending.append([k, f, 0])
+                    self.resent += 1
+
+    # --- receiving -----------------------------------------------------------------------------------------
+    def on_readable(self, c: Conn) -> bool:
+        try:
+            data = c.sock.recv(1 << 20)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        c.rbuf += data
+        while len(c.rbuf) >= FRAME.size:
+            step, seg, nseg, ln = FRAME.unpack_from(c.rbuf)
+            if len(c.rbuf) < FRAME.size + ln:
+                break
+            del c.rbuf[:FRAME.size + ln]
+            if step < self.step or seg in self.received[step]:  # a copy re-sent elsewhere got there first
+                self.dups += 1
+                continue
+            self.received[step].add(seg)
+            self.nseg[step] = nseg
+        return True
+
+    def step_done(self, step: int) -> bool:
+        return step in self.nseg and len(self.received[step]) >= self.nseg[step]
+
+    # --- main loop -----------------------------------------------------------------------------------------
+    def run(self, duration: float, stop_flag) -> dict:
+        sel = selectors.DefaultSelector()
+        for c in self.inc:
+            sel.register(c.sock, selectors.EVENT_READ, c)
+        steps_per_iter = 2 * (self.n - 1)
+        t_start = time.time()
+        end = time.monotonic() + duration
+        iterations: list[float] = []
+        step = self.step = 0
+        self.send_step(step)
+        while time.monotonic() < end and not stop_flag():
+            for c in self.out:
+                c.flush()
+            if all(c.dead for c in self.out):
+                break
+            want_write = any(c.pending for c in self.out)
+            for key, _ev in sel.select(timeout=0.001 if want_write else 0.01):
+                if not self.on_readable(key.data):
+                    sel.unregister(key.fileobj)
+            now = time.monotonic()
+            self.check_stalls(now)
+            while self.step_done(step):
+                self.received.pop(step, None)
+                self.nseg.pop(step, None)
+                step = self.step = step + 1
+                if step % steps_per_iter == 0:
+                    iterations.append(time.time())
+                self.send_step(step)
+        for c in self.out + self.inc:
+            c.sock.close()
+        return {"kind": "allreduce", "rank": self.rank, "addr": self.addrs[self.rank], "ranks": self.n,
+                "select": self.select, "connections": len(self.out), "bytes_per_iteration": self.chunk * steps_per_iter,
+                "start": t_start, "iterations": iterations, "steps": step, "resent_segments": self.resent,
+                "duplicate_segments": self.dups, "stalls": [c.stalls for c in self.out]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hpnlab.node.allreduce", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--addrs", required=True, help="comma-separated rank addresses, ring order")
+    p.add_argument("--port", type=int, default=17000)
+    p.add_argument("--size", type=int, default=1 << 21, help="bytes all-reduced per iteration")
+    p.add_argument("--conns", type=int, default=4)
+    p.add_argument("--select", choices=["one", "least-loaded"], default="least-loaded")
+    p.add_argument("--duration", type=float, required=True)
+    p.add_argument("--start-at", type=float, default=0.0)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    stop = {"flag": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
+    signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
+    ring = Ring(a.rank, a.addrs.split(","), a.port, a.size, a.conns, a.select)
+    ring.connect(deadline=max(a.start_at, time.time()) + 15)
+    while time.time() < a.start_at and not stop["flag"]:
+        time.sleep(0.005)
+    rep = ring.run(a.duration - max(0.0, time.time() - a.start_at) if a.start_at else a.duration,
+                   lambda: stop["flag"])
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rep, f)
+    os.replace(tmp, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

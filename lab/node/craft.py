@@ -1,0 +1,121 @@
+"""Crafted packets with scapy, run inside a node namespace (``python -m hpnlab.node.craft MODE ...``), JSON out.
+
+- ``paths``: which ToR and which agg each 5-tuple takes. Probes leave through a kernel UDP socket with a
+  small TTL (so the kernel's own ECMP hash picks the port, as it does for real traffic); scapy sniffs the
+  ICMP time-exceeded answers on every port and decodes the quoted UDP header to match the source port.
+  TTL 1 is answered by the ToR (identified by the port it came back on), TTL 2 by the agg (its loopback).
+- ``arp``: an ARP request out of one port; every answer with its MAC (the ToR's ARP proxy answers with
+  the virtual MAC).
+- ``lacp``: LACPDUs heard on a port, decoded (actor system, key, port, state bits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import threading
+import time
+
+
+def _quiet_scapy():
+    import logging
+
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    from scapy import all as scapy  # noqa: F401  (heavy import, only inside the node)
+
+    return scapy
+
+
+def paths(src: str, dst: str, gateway: str, sports: list[int], ifaces: list[str], dport: int = 33434,
+          wait: float = 1.0) -> dict:
+    """Per source port, a TTL 1 and a TTL 2 probe with the same 5-tuple (so they hash alike). The ToR
+    answers from the gateway address on the port that leads to it; the agg from its loopback."""
+    scapy = _quiet_scapy()
+    from scapy.layers.inet import ICMP, IP, UDPerror
+
+    ready = threading.Event()
+    sniffer = scapy.AsyncSniffer(iface=ifaces, filter="icmp", store=True, started_callback=ready.set)
+    sniffer.start()
+    if not ready.wait(5):
+        raise SystemExit("scapy sniffer did not start within 5 s")
+    for sp in sports:
+        for ttl in (1, 2):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+            s.bind((src, sp))
+            s.sendto(b"hpnlab-path-probe", (dst, dport))
+            s.close()
+            time.sleep(0.002)
+    time.sleep(wait)
+    pkts = sniffer.stop() or []
+    hops: dict[int, dict] = {sp: {} for sp in sports}
+    for p in pkts:
+        if ICMP not in p or p[ICMP].type != 11 or UDPerror not in p:
+            continue
+        q = p[UDPerror]
+        if q.sport not in hops or q.dport != dport:
+            continue
+        key = "tor" if p[IP].src == gateway else "agg"
+        hops[q.sport][key] = {"src": p[IP].src, "iface": p.sniffed_on}
+    return {"src": src, "dst": dst, "dport": dport, "paths": {str(k): v for k, v in hops.items()}}
+
+
+def arp(iface: str, src_ip: str, target: str, wait: float = 1.0) -> dict:
+    scapy = _quiet_scapy()
+    from scapy.layers.l2 import ARP, Ether
+
+    mac = open(f"/sys/class/net/{iface}/address").read().strip()
+    ans, _ = scapy.srp(Ether(src=mac, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=mac, psrc=src_ip, pdst=target),
+                       iface=iface, timeout=wait, multi=True, verbose=False)
+    return {"iface": iface, "target": target, "answers": [{"mac": r[ARP].hwsrc, "ip": r[ARP].psrc} for _s, r in ans]}
+
+
+def lacp(iface: str, wait: float = 3.0) -> dict:
+    scapy = _quiet_scapy()
+    from scapy.contrib.lacp import LACP
+
+    pkts = scapy.sniff(iface=iface, filter="ether proto 0x8809", timeout=wait)
+    out = []
+    for p in pkts:
+        if LACP not in p:
+            continue
+        lp = p[LACP]
+        out.append({"actor_system": lp.actor_system, "actor_key": lp.actor_key, "actor_port": lp.actor_port,
+                    "actor_state": lp.actor_state, "partner_system": lp.partner_system,
+                    "partner_port": lp.partner_port, "partner_state": lp.partner_state})
+    return {"iface": iface, "lacpdus": out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hpnlab.node.craft", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+    a = sub.add_parser("paths")
+    a.add_argument("--src", required=True)
+    a.add_argument("--dst", required=True)
+    a.add_argument("--gateway", required=True)
+    a.add_argument("--sports", required=True, help="comma-separated source ports")
+    a.add_argument("--ifaces", required=True, help="comma-separated ports to sniff on")
+    b = sub.add_parser("arp")
+    b.add_argument("--iface", required=True)
+    b.add_argument("--src-ip", required=True)
+    b.add_argument("--target", required=True)
+    c = sub.add_parser("lacp")
+    c.add_argument("--iface", required=True)
+    c.add_argument("--wait", type=float, default=3.0)
+    x = p.parse_args(argv)
+    if x.mode == "paths":
+        res = paths(x.src, x.dst, x.gateway, [int(s) for s in x.sports.split(",")], x.ifaces.split(","))
+    elif x.mode == "arp":
+        res = arp(x.iface, x.src_ip, x.target)
+    else:
+        res = lacp(x.iface, x.wait)
+    json.dump(res, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

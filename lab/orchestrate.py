@@ -1,0 +1,161 @@
+"""Bringing labs up and down: the one place the CLI, the experiments and the Python API all go through.
+
+    bring_up(spec, runtime)  render -> deploy -> poll verify until healthy; any error, Ctrl-C or an
+                             unhealthy lab (unless keep) rolls everything back
+    open_lab(name)           the runtime of a running lab (``hpnlab.Lab.attach`` and every CLI command)
+    tear_down(name)          remove a lab; with its state.json damaged or missing, still remove what the
+                             lab created, found by its names (``<lab>-*`` namespaces, its FRR pid files)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from hpnlab import frr, render, runtime as runtimes, topology, verify
+from hpnlab.errors import RuntimeFailure, SpecError, StateError
+from hpnlab.models import LabState
+from hpnlab.runtime.base import Runtime, State, list_netns, load_nodes, running_labs, state_dir
+from hpnlab.spec import Spec, check_lab_name, load_spec
+
+
+class Progress:
+    """Progress lines on stderr with elapsed time, so stdout stays clean for --json."""
+
+    def __init__(self, quiet: bool = False):
+        self.t0 = time.monotonic()
+        self.quiet = quiet
+
+    def __call__(self, msg: str) -> None:
+        if not self.quiet:
+            print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise RuntimeFailure(f"'{what}' needs root (network namespaces, FRR): run it with sudo")
+
+
+def resolve_lab(name: str | None) -> str:
+    """The lab a command means: the one named, else the only running one, else the default spec's."""
+    if name is not None:
+        return check_lab_name(name, "--lab")
+    labs = running_labs()
+    if len(labs) == 1:
+        return labs[0]
+    if len(labs) > 1:
+        raise SpecError(f"several labs are running ({', '.join(labs)}): choose one with --lab NAME")
+    return load_spec().name
+
+
+def open_lab(name: str) -> tuple[Runtime, dict[str, dict]]:
+    """A running lab's runtime and node configs; one line if it is not running or its files are damaged."""
+    name = check_lab_name(name, "--lab")
+    if not (state_dir(name) / "state.json").exists() and not state_dir(name).exists():
+        raise RuntimeFailure(f"lab '{name}' is not running" + _running_hint())
+    st = State.load(name)
+    rt = runtimes.get(st.data.runtime)(name, st)
+    return rt, load_cfgs(rt)
+
+
+def _running_hint() -> str:
+    labs = running_labs()
+    return f" (running: {', '.join(labs)})" if labs else " (no lab is running: 'hpnlab up')"
+
+
+def load_cfgs(rt: Runtime) -> dict[str, dict]:
+    return load_nodes(rt.config_dir)[1]
+
+
+def wait_healthy(rt: Runtime, cfgs: dict[str, dict], timeout: float, progress) -> list[dict]:
+    """Poll verify until every check passes or the deadline; report progress when it changes."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        checks = verify.verify(rt, cfgs)
+        if verify.complete(checks):
+            return checks
+        failing = next(c for c in checks if not c["ok"])
+        line = f"waiting: {sum(c['ok'] for c in checks)} checks ok; {failing['name']}: {failing['detail']}"
+        if line != last:
+            progress(line)
+            last = line
+        if time.monotonic() > deadline:
+            return verify.verify(rt, cfgs, stop_at_failure=False)
+        time.sleep(0.5)
+
+
+def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress=None,
+             keep: bool = False) -> tuple[Runtime, dict[str, dict], list[dict]]:
+    """Render, deploy and wait until healthy; roll everything back on error, Ctrl-C or (unless keep)
+    an unhealthy lab. Returns the runtime, the node configs and the last verify result."""
+    progress = progress or Progress(quiet=True)
+    cls = runtimes.get(runtime)
+    cls.preflight(spec)
+    lab = spec.name
+    if state_dir(lab).exists():
+        raise RuntimeFailure(f"lab '{lab}' is already running (or left over): 'hpnlab down --lab {lab}' first, "
+                             f"or give the new lab another name")
+    topo = topology.build(spec)
+    rt = cls(lab, State(lab, LabState(lab=lab, runtime=runtime, owner_pid=os.getpid())))
+    try:
+        rt.state.save()
+        render.write(render.render(topo), rt.config_dir)
+        progress(f"lab '{lab}': {topology.summary(topo)['links']} links, rendered to {rt.config_dir}")
+        rt.deploy(progress)
+        cfgs = load_cfgs(rt)
+        progress("waiting for LACP, BGP, host routes and reachability")
+        checks = wait_healthy(rt, cfgs, timeout, progress)
+    except BaseException as e:
+        progress("interrupted: rolling back" if isinstance(e, KeyboardInterrupt) else f"failed: rolling back ({e})")
+        try:
+            rt.destroy(progress)
+        except RuntimeFailure as undo:  # report both; the first error is what the user must fix
+            progress(f"rollback incomplete: {undo}")
+        raise
+    rt.state.data.owner_pid = None
+    rt.state.save()
+    if not verify.complete(checks) and not keep:
+        progress("not healthy by the deadline: rolling back (keep=True / --keep leaves it up for debugging)")
+        rt.destroy(progress)
+    return rt, cfgs, checks
+
+
+def recovered_state(lab: str) -> LabState:
+    """What a lab created, found by its deterministic names when its state.json is gone or damaged:
+    namespaces ``<lab>-<node>`` (lab names have no '-', so no other lab's match), FRR pathspaces
+    ``/var/run/frr/<lab>-<node>`` with their pid files, and a containerlab topology if one was rendered."""
+    prefix = f"{lab}-"
+    clab_prefix = f"clab-{lab}-"
+    ns = [n for n in list_netns() if n.startswith(prefix) or n.startswith(clab_prefix)]
+    frr_dirs = sorted(str(p) for p in frr.RUN.glob(f"{lab}-*") if p.is_dir())
+    topo_file = state_dir(lab) / "config" / f"{lab}.clab.yml"
+    clab = any(n.startswith(clab_prefix) for n in ns)
+    return LabState(lab=lab, runtime="clab" if clab else "netns", netns=ns, frr_dirs=frr_dirs,
+                    clab_topology=str(topo_file) if clab and topo_file.exists() else None)
+
+
+def tear_down(lab: str, progress=None) -> bool:
+    """Remove a lab and everything it created; False if there was nothing to remove."""
+    progress = progress or Progress(quiet=True)
+    lab = check_lab_name(lab, "--lab")
+    try:
+        st = State.load(lab)
+    except StateError as e:
+        data = recovered_state(lab)
+        if not state_dir(lab).exists() and not data.netns and not data.frr_dirs:
+            return False
+        if state_dir(lab).exists():
+            progress(str(e).split(": 'hpnlab down")[0])
+        progress(f"removing what carries the lab's name: {len(data.netns)} namespaces, "
+                 f"{len(data.frr_dirs)} FRR directories and the processes in them")
+        st = State(lab, data)
+    rt = runtimes.get(st.data.runtime)(lab, st)
+    rt.destroy(progress)
+    return True

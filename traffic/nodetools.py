@@ -1,0 +1,118 @@
+"""Controller side of the tools run inside a node: scapy path/ARP/LACP probes (hpnlab.node.craft) and
+tcpdump captures. Library calls, used by the CLI (``hpnlab probe``, ``hpnlab capture``), the Python API
+and the pytest plugin alike; everything goes through the runtime interface, never a shell."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from hpnlab.errors import RuntimeFailure, SpecError
+from hpnlab.proc import run
+from hpnlab.runtime.base import Runtime
+
+
+def node_cfg(cfgs: dict, node: str, role: str | None = None) -> dict:
+    if node not in cfgs:
+        raise SpecError(f"node '{node}' is not in the lab; nodes: {', '.join(sorted(cfgs))}")
+    if role and cfgs[node]["role"] != role:
+        raise SpecError(f"node '{node}' is a {cfgs[node]['role']}; give a {role}")
+    return cfgs[node]
+
+
+def node_iface(cfgs: dict, node: str, iface: str) -> dict:
+    cfg = node_cfg(cfgs, node)
+    ifaces = [i["name"] for i in cfg["interfaces"]]
+    if iface not in ifaces:
+        raise SpecError(f"iface '{iface}' is not an interface of {node}; it has {', '.join(ifaces)}")
+    return cfg
+
+
+def nic_of(cfg: dict, rail: int) -> dict:
+    nic = next((n for n in cfg.get("nics", []) if n["rail"] == rail), None)
+    if nic is None:
+        raise SpecError(f"rail: {rail} is not a rail of host {cfg['name']}")
+    return nic
+
+
+def craft(rt: Runtime, node: str, argv: list[str], timeout: float = 60) -> dict:
+    """Run ``python -m hpnlab.node.craft ARGV`` inside the node; its JSON answer."""
+    r = run(rt.exec_argv(node, [sys.executable, "-m", "hpnlab.node.craft", *argv]), timeout=timeout,
+            what=f"{node}: scapy probe")
+    return json.loads(r.stdout)
+
+
+def paths(rt: Runtime, cfgs: dict, src: str, dst: str, rail: int = 0, sports: list[int] | None = None) -> dict:
+    """Which ToR and which agg each source port takes from src to dst (TTL 1 / TTL 2 probes).
+    Returns {"src", "dst", "dport", "paths": [{"sport", "tor", "agg"}]}."""
+    snic = nic_of(node_cfg(cfgs, src, "host"), rail)
+    dnic = nic_of(node_cfg(cfgs, dst, "host"), rail)
+    sports = sports or list(range(20000, 20016))
+    res = craft(rt, src, ["paths", "--src", snic["ip"], "--dst", dnic["ip"], "--gateway", snic["gateway"],
+                          "--sports", ",".join(map(str, sports)), "--ifaces", ",".join(snic["ports"])])
+    loop = {c["router_id"]: n for n, c in cfgs.items() if c["role"] != "host"}
+    port_tor = dict(zip(snic["ports"], snic["tors"]))
+    rows = []
+    for sp in sports:
+        h = res["paths"].get(str(sp), {})
+        tor = port_tor.get(h.get("tor", {}).get("iface"), "?")
+        agg = loop.get(h.get("agg", {}).get("src"), h.get("agg", {}).get("src", "?"))
+        rows.append({"sport": sp, "tor": tor, "agg": agg})
+    return {"src": snic["ip"], "dst": dnic["ip"], "dport": res["dport"], "paths": rows}
+
+
+def arp(rt: Runtime, cfgs: dict, node: str, iface: str, target: str) -> dict:
+    """An ARP request out of one host port: who answers, with which MAC."""
+    cfg = node_iface(cfgs, node, iface)
+    if cfg["role"] != "host":
+        raise SpecError("probe arp is sent from a host port; give a host node")
+    nic = next(n for n in cfg["nics"] if iface in n["ports"])
+    return craft(rt, node, ["arp", "--iface", iface, "--src-ip", nic["ip"], "--target", target])
+
+
+def lacp(rt: Runtime, cfgs: dict, node: str, iface: str, wait: float = 3.0) -> dict:
+    """The LACPDUs heard on a node port, decoded."""
+    node_iface(cfgs, node, iface)
+    return craft(rt, node, ["lacp", "--iface", iface, "--wait", str(wait)])
+
+
+class Capture:
+    """tcpdump on one node interface into a pcap; ``stop()`` ends it and returns the pcap's path."""
+
+    def __init__(self, rt: Runtime, cfgs: dict, node: str, iface: str, out: Path, count: int | None = None,
+                 filter: str | None = None, snaplen: int = 256):
+        node_iface(cfgs, node, iface)
+        if not shutil.which("tcpdump"):
+            raise RuntimeFailure("tcpdump not found: install Debian's tcpdump (sudo ./bootstrap install)")
+        self.out = Path(out).resolve()
+        argv = ["tcpdump", "-i", iface, "-w", str(self.out), "-U", "-n", "-s", str(snaplen)]
+        if count:
+            argv += ["-c", str(count)]
+        if filter:
+            argv += [filter]  # one argument: tcpdump parses it, no shell involved
+        self.proc = subprocess.Popen(rt.exec_argv(node, argv), stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self.summary = ""
+
+    def wait(self, timeout: float | None) -> None:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def stop(self) -> Path:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self.proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        if not self.out.exists():
+            raise RuntimeFailure(f"tcpdump wrote nothing: {(err or '').strip().splitlines()[-1:]}")
+        self.summary = next((ln for ln in (err or "").splitlines() if "captured" in ln), "")
+        return self.out
