@@ -33,7 +33,8 @@ def _need_lab_machine():
         pytest.skip(why)
 
 
-pytestmark = pytest.mark.root
+# The default lab comes from hpnlab's own pytest plugin (the hpnlab_lab fixture), named as the CLI names it.
+pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name="hpn")]
 
 
 def hpnlab(*args, timeout=180, check=True) -> subprocess.CompletedProcess:
@@ -86,16 +87,12 @@ def leftovers(lab: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def lab():
+def lab(hpnlab_lab):
     _need_lab_machine()
-    name = "hpn"
-    hpnlab("down", "--lab", name, check=False)
-    r = hpnlab("up", "--json")
-    res = json.loads(r.stdout)
-    assert res["ok"] is True
-    yield name
-    hpnlab("down", "--lab", name)
-    assert leftovers(name) == []
+    assert all(c["ok"] for c in hpnlab_lab.verify())
+    yield hpnlab_lab.name
+    hpnlab_lab.down()
+    assert leftovers(hpnlab_lab.name) == []
 
 
 def capture(lab, node, iface, bpf, count, timeout=6) -> list:

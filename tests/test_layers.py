@@ -1,0 +1,145 @@
+"""The layering of the hpnlab package, read from the source (every import, function-level ones too):
+no import cycles, the library never imports the CLI, the code that runs inside a node stays light, and
+nothing is installed under a generic top-level name."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+# package -> folder, as pyproject.toml's package-dir maps them
+PACKAGES = {"hpnlab": ROOT / "lab", "hpnlab.traffic": ROOT / "traffic"}
+HEAVY = ("pydantic", "jinja2", "yaml", "matplotlib", "jsonschema")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for p in sorted(folder.rglob("*.py")):
+            rel = p.relative_to(folder).with_suffix("")
+            parts = [x for x in rel.parts if x != "__init__"]
+            name = ".".join([pkg, *parts])
+            if name.startswith("hpnlab.traffic") and pkg == "hpnlab":
+                continue
+            out[name] = p
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """hpnlab modules imported anywhere in a module (a from-import of a submodule counts as that module)."""
+    tree = ast.parse(path.read_text())
+    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(pkg.split(".")[:len(pkg.split(".")) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in out if m in known and m != name}
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {m: imports(m, p, known) for m, p in mods.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in g:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_sees_every_module_and_function_level_imports():
+    g = graph()
+    assert {"hpnlab.api", "hpnlab.orchestrate", "hpnlab.cli", "hpnlab.node.tor", "hpnlab.traffic.runner"} <= set(g)
+    assert "hpnlab.orchestrate" in g["hpnlab.traffic.runner"]
+    # a function-level import is an edge too (the plugin imports the API inside its fixture)
+    assert "hpnlab.api" in g["hpnlab.pytest_plugin"]
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_cycle_detector_finds_a_planted_cycle():
+    g = {**graph()}
+    g["hpnlab.spec"] = g["hpnlab.spec"] | {"hpnlab.orchestrate"}
+    assert any("hpnlab.spec" in c and "hpnlab.orchestrate" in c for c in cycles(g))
+
+
+def test_library_never_imports_the_cli():
+    bad = {m: sorted(d for d in deps if d == "hpnlab.cli" or d.startswith("hpnlab.cli."))
+           for m, deps in graph().items() if not m.startswith("hpnlab.cli")}
+    assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_node_code_imports_no_controller_module():
+    for m, deps in graph().items():
+        if m.startswith("hpnlab.node"):
+            assert all(d == "hpnlab" or d.startswith("hpnlab.node") for d in deps), (m, deps)
+
+
+@pytest.mark.parametrize("mod", ["hpnlab.node.tor", "hpnlab.node.host", "hpnlab.node.probe", "hpnlab.node.allreduce",
+                                 "hpnlab.node.craft", "hpnlab.node.lacp", "hpnlab.node.agent"])
+def test_node_modules_import_light(mod):
+    """What runs in every node (and in the images) must not pull in the controller's dependencies."""
+    code = f"import sys, {mod}; print(' '.join(sorted(m for m in sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
+    assert r.returncode == 0, r.stderr
+    loaded = set(r.stdout.split())
+    heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY)
+    controller = sorted(m for m in loaded if m.startswith("hpnlab.") and not m.startswith("hpnlab.node"))
+    assert heavy == [] and controller == [], (heavy, controller)
+
+
+def test_installed_under_one_import_name_only():
+    """`import hpnlab` works from anywhere; no top-level `lab` or `traffic` is installed."""
+    code = ("import importlib.util as u, hpnlab; "
+            "print(u.find_spec('lab') is None, u.find_spec('traffic') is None, hpnlab.__version__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:2] == ["True", "True"]
+
+
+def test_public_names_resolve_lazily():
+    r = subprocess.run([sys.executable, "-c", "import sys, hpnlab; a = 'pydantic' in sys.modules; "
+                        "hpnlab.Lab; print(a, 'pydantic' in sys.modules)"], capture_output=True, text=True,
+                       cwd="/", timeout=60)
+    assert r.stdout.split() == ["False", "True"], r.stderr
