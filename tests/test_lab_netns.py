@@ -262,3 +262,26 @@ def test_twenty_up_down_cycles_leave_nothing():
         hpnlab("down", "--lab", "cyc")
         assert leftovers("cyc") == [], f"cycle {i}"
     assert hpnlab("down", "--lab", "cyc").returncode == 0  # idempotent
+
+
+def test_damaged_state_is_one_line_and_down_still_removes_the_lab(lab):
+    """state.json truncated: status/verify say so in one line; down removes the lab by its names and pid
+    files, and leaves the module's running lab alone."""
+    _need_lab_machine()
+    spec = Path("/tmp/hpnlab-test-dmg.yml")
+    spec.write_text("name: dmg\nsegments: 1\nhosts_per_segment: 2\nrails: 1\naggs_per_plane: 1\n")
+    hpnlab("down", "--lab", "dmg", check=False)
+    hpnlab("up", str(spec), "--json")
+    Path("/run/hpnlab/dmg/state.json").write_text('{"lab": "dmg", "netns": [')
+    for cmd in ("status", "verify"):
+        r = hpnlab(cmd, "--lab", "dmg", check=False)
+        lines = [x for x in r.stderr.splitlines() if x.startswith("hpnlab: error:")]
+        assert r.returncode == 1 and len(lines) == 1 and "is not valid JSON" in lines[0], r.stderr
+        assert "hpnlab down --lab dmg" in lines[0] and "Traceback" not in r.stderr
+    r = hpnlab("down", "--lab", "dmg")
+    assert "removing what carries the lab's name" in r.stderr
+    assert leftovers("dmg") == []
+    assert leftovers(lab) == [] or Path(f"/run/hpnlab/{lab}/state.json").exists()
+    assert json.loads(hpnlab("status", "--lab", lab, "--json", check=False).stdout)["running"] is True
+    r = hpnlab("down", "--lab", "../..", check=False)
+    assert r.returncode == 2 and "lowercase letters and digits" in r.stderr

@@ -193,7 +193,11 @@ def test_failover_experiment_runs_unchanged(rtlab, tmp_path):
     streams = run["streams"]
     print(f"[{rtlab.runtime}] downstream longest gap {streams['downstream']['longest_gap_ms']} ms, "
           f"upstream lost {streams['upstream']['lost_packets']}", file=sys.stderr)
-    assert streams["upstream"]["lost_packets"] == 0  # the host's LACP moves upstream traffic at once
+    # The host moves upstream traffic at once: at most the packet or two on the wire at the instant the
+    # link goes down is lost (seen: 1 packet, a 3.6 ms gap, 7 ms after the fault was applied), never a
+    # convergence-sized gap like downstream's.
+    up = streams["upstream"]
+    assert up["lost_packets"] <= 2 and up["longest_gap_ms"] < 20, up
     assert 0 < streams["downstream"]["longest_gap_ms"] < 1000  # BGP withdrawal, bounded
     assert all(s["recovered"] for s in streams.values())
     for i in range(4):  # the experiment's labs are gone
