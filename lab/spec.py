@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +57,14 @@ class Addressing(_Strict):
             raise ValueError(f"must be an IPv4 network in CIDR form like 10.0.0.0/16 ({e})") from None
         if net.prefixlen > 24:
             raise ValueError("must be /24 or larger (one /24 per dual-ToR set)")
+        special = [what for what, bad in (
+            ("0.0.0.0/8 ('this network')", net.overlaps(ipaddress.IPv4Network("0.0.0.0/8"))),
+            ("loopback", net.overlaps(ipaddress.IPv4Network("127.0.0.0/8"))),
+            ("link-local", net.overlaps(ipaddress.IPv4Network("169.254.0.0/16"))),
+            ("multicast", net.overlaps(ipaddress.IPv4Network("224.0.0.0/4"))),
+            ("reserved", net.overlaps(ipaddress.IPv4Network("240.0.0.0/4")))) if bad]
+        if special:
+            raise ValueError(f"must be a unicast pool outside {special[0]} space, e.g. 10.0.0.0/16")
         return v
 
 
@@ -78,6 +88,8 @@ class LACP(_Strict):
             raise ValueError("must be a MAC like 00:00:5e:00:01:01")
         if int(v[:2], 16) & 1:
             raise ValueError("must be a unicast MAC (first octet even)")
+        if v == "00:00:00:00:00:00":
+            raise ValueError("must not be all zeros (LACP reads that as 'no partner'); the paper's is 00:00:5e:00:01:01")
         return v
 
     @model_validator(mode="after")
@@ -118,7 +130,7 @@ class Mechanisms(_Strict):
 
 
 class Spec(_Strict):
-    name: str = "hpn"
+    name: str  # required: it prefixes everything the lab creates, so it is never guessed
     segments: int = Field(2, ge=1, le=64)
     hosts_per_segment: int = Field(2, ge=1, le=128)
     rails: int = Field(2, ge=1, le=8)
@@ -194,14 +206,18 @@ class Spec(_Strict):
 def check_lab_name(name: str, field: str = "lab name") -> str:
     """A lab name wherever it enters (spec, --lab, the API): never a path, never a shell word."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        shown = repr(name[:40]) + ("..." if isinstance(name, str) and len(name) > 40 else "") \
-            if isinstance(name, str) else repr(name)
-        raise SpecError(f"{field} {shown}: {NAME_RULE}")
+        raise SpecError(f"{field} {_short(name)}: {NAME_RULE}")
     return name
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc) or "spec"
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """A user's value as shown in an error: repr'd (so control characters are visible), never long."""
+    r = repr(value)
+    return r if len(r) <= limit else r[:limit] + f"... ({len(r)} characters)"
 
 
 def _format_error(err: ValidationError) -> str:
@@ -213,14 +229,15 @@ def _format_error(err: ValidationError) -> str:
     msg = e["msg"].removeprefix("Value error, ")
     got = e.get("input")
     if kind in ("missing",):
-        return f"spec field '{field}': required"
-    shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+        hint = ", e.g. name: hpn (it prefixes the lab's namespaces)" if field == "name" else ""
+        return f"spec field '{field}': required{hint}"
+    shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {_short(got)})"
     return f"spec field '{field}': {msg}{shown}"
 
 
 def parse_spec(data: Any, source: str = "spec") -> Spec:
     if data is None:
-        data = {}
+        raise SpecError(f"{source}: the spec is empty; start from examples/default.yml (name: is required)")
     if not isinstance(data, dict):
         raise SpecError(f"{source}: top level must be a mapping of keys like 'name:' and 'segments:'")
     try:
@@ -234,29 +251,65 @@ def find_spec(path: str | Path | None) -> Path:
     if not path:
         return DEFAULT_SPEC
     p = Path(path)
-    if not p.exists():
+    try:
+        if p.exists():
+            return p
+    except OSError:  # ENAMETOOLONG, ELOOP...: read_yaml says so in one line
+        return p
+    if len(str(path)) < 256:
         for cand in (EXAMPLES / str(path), EXAMPLES / f"{path}.yml"):
             if cand.is_file():
                 return cand
     return p
 
 
-def load_spec_data(path: str | Path | None = None) -> tuple[Any, str]:
-    """The YAML of a spec file, unvalidated (for merging overrides), and the name to report it by."""
-    p = find_spec(path)
+MAX_FILE = 1 << 20  # a spec or experiment file is a few KB; anything past 1 MiB is refused unread
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def read_yaml(p: Path, what: str) -> Any:
+    """A YAML file a user named, read defensively: a regular file under MAX_FILE, UTF-8 text without
+    control characters, parsed without a traceback. Every problem is one SpecError line."""
+    shown = str(p) if len(str(p)) <= 120 else str(p)[:120] + "..."
     try:
-        text = p.read_text()
+        st = os.stat(p)
+        if stat.S_ISDIR(st.st_mode):
+            raise SpecError(f"{what} '{shown}' is a directory; give a YAML file")
+        if not stat.S_ISREG(st.st_mode):
+            raise SpecError(f"{what} '{shown}' is not a regular file (a device, FIFO or socket); give a YAML file")
+        if st.st_size > MAX_FILE:
+            raise SpecError(f"{what} '{shown}' is {st.st_size} bytes; a spec is a few KB (limit {MAX_FILE})")
+        with open(p, "rb") as f:
+            raw = f.read(MAX_FILE + 1)
     except FileNotFoundError:
-        raise SpecError(f"spec file '{p}' not found; give a path to a YAML spec or omit it for the default") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise SpecError(f"spec file '{p}' cannot be read: {e.__class__.__name__}") from None
+        raise SpecError(f"{what} '{shown}' not found; give a path to a YAML file") from None
+    except OSError as e:
+        raise SpecError(f"{what} '{shown}' cannot be read: {e.strerror or e.__class__.__name__}") from None
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{what} '{shown}' is not UTF-8 text (byte {e.start}); give a YAML file") from None
+    m = CONTROL.search(text)
+    if m:
+        line = text.count("\n", 0, m.start()) + 1
+        raise SpecError(f"{what} '{shown}': control character {m.group()!r} at line {line}; a spec is plain text")
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', None) or e}") from None
-    return data, str(p)
+        problem = str(getattr(e, "problem", None) or e).splitlines()[0]
+        raise SpecError(f"{shown}: malformed YAML{where}: {problem}") from None
+    except RecursionError:
+        raise SpecError(f"{shown}: malformed YAML: nested too deeply") from None
+    except (ValueError, TypeError) as e:  # e.g. '!!int abc': the YAML tag's own conversion fails
+        raise SpecError(f"{shown}: malformed YAML: a tagged value cannot be converted ({_short(str(e), 60)})") from None
+
+
+def load_spec_data(path: str | Path | None = None) -> tuple[Any, str]:
+    """The YAML of a spec file, unvalidated (for merging overrides), and the name to report it by."""
+    p = find_spec(path)
+    return read_yaml(p, "spec file"), str(p)
 
 
 def merge(base: Any, over: dict) -> dict:

@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hpnlab.errors import SpecError
 from hpnlab.paths import data_dir
-from hpnlab.spec import Spec, _field_path, merge, parse_spec
+from hpnlab.spec import Spec, _field_path, merge, parse_spec, read_yaml
 from hpnlab.traffic import faults as faultmod
 
 EXPERIMENTS = data_dir("experiments")
@@ -117,8 +116,11 @@ def find(name: str | Path) -> Path:
     """An experiment file: the path given, or the name of a shipped one (``link-failure``)."""
     path = Path(name)
     for cand in (path, EXPERIMENTS / str(name), EXPERIMENTS / f"{name}.yml"):
-        if cand.is_file():
-            return cand
+        try:
+            if cand.is_file():
+                return cand
+        except OSError:  # a name too long for a path: load() says so in one line
+            pass
     return path
 
 
@@ -126,12 +128,12 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
          duration: float | None = None) -> Experiment:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"experiment file '{p}' not found (shipped ones are in {EXPERIMENTS})") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise SpecError(f"{p}: malformed YAML" + (f" at line {mark.line + 1}" if mark else "")) from None
+        missing = not p.exists() and not p.is_symlink()
+    except OSError:
+        missing = False  # read_yaml reports why it cannot be read
+    if missing:
+        raise SpecError(f"experiment file '{str(p)[:120]}' not found (shipped ones are in {EXPERIMENTS})")
+    data = read_yaml(p, "experiment file")
     if not isinstance(data, dict):
         raise SpecError(f"{p}: top level must be a mapping with name, duration, probes, faults, variants")
     try:
@@ -140,9 +142,14 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         e = err.errors(include_url=False)[0]
         msg = "unknown key; remove it or check spelling" if e["type"] == "extra_forbidden" else e["msg"]
         raise SpecError(f"{p}: experiment field '{_field_path(e['loc'])}': {msg}") from None
+    # Command-line overrides obey the file's own bounds.
     if repetitions is not None:
+        if not 1 <= repetitions <= 50:
+            raise SpecError(f"--repetitions {repetitions}: give 1 to 50")
         doc.repetitions = repetitions
     if duration is not None:
+        if not 2 <= duration <= 600:  # also false for NaN
+            raise SpecError(f"--duration {duration:g}: give 2 to 600 seconds")
         doc.duration = duration
     names = [v.name for v in doc.variants]
     if len(set(names)) != len(names):
@@ -152,10 +159,12 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         if unknown:
             raise SpecError(f"--variants: '{unknown[0]}' is not in {p.name}; it has {', '.join(names)}")
     base_path = (p.parent / doc.spec) if doc.spec else EXAMPLES / "default.yml"
-    try:
-        base = yaml.safe_load(base_path.read_text()) or {}
-    except FileNotFoundError:
-        raise SpecError(f"{p}: experiment field 'spec': '{doc.spec}' not found (relative to {p.parent})") from None
+    if not base_path.exists():
+        raise SpecError(f"{p}: experiment field 'spec': '{doc.spec}' not found (relative to {p.parent})")
+    base = read_yaml(base_path, f"{p.name}: experiment field 'spec':")
+    if base is not None and not isinstance(base, dict):
+        raise SpecError(f"{p}: experiment field 'spec': '{base_path}' is not a lab spec (a mapping of keys)")
+    base = base or {}
     plans = []
     for i, v in enumerate(doc.variants):
         if only and v.name not in only:

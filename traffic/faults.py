@@ -7,6 +7,7 @@ undo it (nft table name, stopped PIDs), so a crashed controller can still be cle
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -83,6 +84,8 @@ def parse(d: dict, where: str, cfgs: dict[str, dict] | None = None) -> Fault:
         raise SpecError(f"{where}.iface: '{kind}' needs the interface, e.g. iface: r0p0")
     if f.until is not None and f.until <= f.at:
         raise SpecError(f"{where}.until: must be later than at ({f.at:g})")
+    if not all(math.isfinite(x) for x in (f.at, f.period, f.until or 0.0)):
+        raise SpecError(f"{where}: at/until/period must be finite numbers of seconds")
     if f.at < 0 or f.period <= 0 or f.count < 1:
         raise SpecError(f"{where}: at must be >= 0, period > 0 and count >= 1")
     if cfgs is not None:

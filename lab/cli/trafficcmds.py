@@ -8,14 +8,16 @@ import sys
 import time
 from pathlib import Path
 
+from hpnlab import runtime as runtimes
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import need_root, open_lab, resolve_lab
 from hpnlab.traffic import experiment, faults, nodetools, runner
 
 
 def _lab(args):
+    lab = resolve_lab(args.lab)
     need_root(f"hpnlab {args.command}")
-    return open_lab(resolve_lab(args.lab))
+    return open_lab(lab)
 
 
 # --- run ---------------------------------------------------------------------------------------------------
@@ -23,7 +25,10 @@ def run_cmd(args) -> int:
     path = experiment.find(args.experiment)
     only = [v for v in args.variants.split(",") if v] if args.variants else None
     exp = experiment.load(path, only, args.repetitions, args.duration)  # validates before anything runs
+    runtimes.get(args.runtime)  # an unknown runtime is refused before --out is created
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SpecError(f"--out: '{out}' is a file; give a new or empty directory")
     if not args.reanalyse:
         need_root("hpnlab run")
     if not args.reanalyse and out.exists() and any(out.iterdir()) and not (out / "results.json").exists():
@@ -147,7 +152,7 @@ def add_parsers(sub) -> None:
     r.add_argument("--repetitions", "-n", type=int, help="override the file's repetitions")
     r.add_argument("--duration", type=float, help="override the file's duration (seconds)")
     r.add_argument("--variants", help="comma-separated subset of variants to run")
-    r.add_argument("--runtime", default="netns", help="netns (default) or clab")
+    r.add_argument("--runtime", default="netns", help=f"{' or '.join(runtimes.names())} (default netns)")
     r.add_argument("--json", action="store_true", help="print a JSON digest instead of the table")
     r.add_argument("--reanalyse", action="store_true",
                    help="recompute results.json, plot and summary from DIR/raw without running anything")
