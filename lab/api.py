@@ -29,6 +29,7 @@ from hpnlab import orchestrate, verify
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.proc import kill_pids, run
 from hpnlab.runtime.base import Runtime
+from hpnlab.signals import shielded
 from hpnlab.spec import Spec, check_lab_name, load_spec_data, merge, parse_spec
 from hpnlab.traffic import faults as faultmod, measure
 
@@ -318,8 +319,9 @@ class Lab:
             inj.apply(f)
             yield rec
         finally:
-            inj.revert_all()
-            rec["reverted"] = time.time()
+            with shielded("reverting the fault"):
+                inj.revert_all()
+                rec["reverted"] = time.time()
 
     def faults(self) -> dict[str, str]:
         return dict(faultmod.KINDS)

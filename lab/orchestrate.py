@@ -17,6 +17,7 @@ from pathlib import Path
 from hpnlab import frr, render, runtime as runtimes, topology, verify
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState
+from hpnlab.signals import shielded
 from hpnlab.runtime.base import Runtime, State, list_netns, load_nodes, running_labs, state_dir
 from hpnlab.spec import Spec, check_lab_name, load_spec
 
@@ -113,17 +114,20 @@ def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress
         progress("waiting for LACP, BGP, host routes and reachability")
         checks = wait_healthy(rt, cfgs, timeout, progress)
     except BaseException as e:
-        progress("interrupted: rolling back" if isinstance(e, KeyboardInterrupt) else f"failed: rolling back ({e})")
-        try:
-            rt.destroy(progress)
-        except RuntimeFailure as undo:  # report both; the first error is what the user must fix
-            progress(f"rollback incomplete: {undo}")
+        progress(f"interrupted ({str(e) or 'SIGINT'}): rolling back" if isinstance(e, KeyboardInterrupt)
+                 else f"failed: rolling back ({e})")
+        with shielded():
+            try:
+                rt.destroy(progress)
+            except Exception as undo:  # report both; the first error is what the user must fix
+                progress(f"rollback incomplete ({undo}): 'hpnlab down --lab {lab}' removes the rest")
         raise
     rt.state.data.owner_pid = None
     rt.state.save()
     if not verify.complete(checks) and not keep:
         progress("not healthy by the deadline: rolling back (keep=True / --keep leaves it up for debugging)")
-        rt.destroy(progress)
+        with shielded():
+            rt.destroy(progress)
     return rt, cfgs, checks
 
 
@@ -157,5 +161,6 @@ def tear_down(lab: str, progress=None) -> bool:
                  f"{len(data.frr_dirs)} FRR directories and the processes in them")
         st = State(lab, data)
     rt = runtimes.get(st.data.runtime)(lab, st)
-    rt.destroy(progress)
+    with shielded("removing the lab"):
+        rt.destroy(progress)
     return True

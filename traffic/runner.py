@@ -20,6 +20,7 @@ from hpnlab.errors import RuntimeFailure
 from hpnlab.orchestrate import bring_up, wait_healthy
 from hpnlab.proc import kill_pids
 from hpnlab.runtime.base import Runtime
+from hpnlab.signals import shielded
 from hpnlab.verify import complete
 from hpnlab.traffic import faults as faultmod
 from hpnlab.traffic import measure, routemon
@@ -193,6 +194,10 @@ class Repetition:
                                      f"see {self.dir / 'processes.log'}")
 
     def cleanup(self) -> None:
+        with shielded("reverting the faults and stopping the traffic"):
+            self._cleanup()
+
+    def _cleanup(self) -> None:
         self.injector.revert_all()
         self.bar.end_bar()
         ours = {p.pid: (lambda c: True) for _s, p in self.procs if p.poll() is None}
@@ -254,6 +259,39 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
     results: dict = {"experiment": doc.name, "description": doc.description, "file": str(exp.path),
                      "runtime": runtime, "repetitions": doc.repetitions, "duration": doc.duration,
                      "started": time.time(), "variants": {}}
+    try:
+        _variants(exp, out, runtime, bar, up_timeout, results)
+    except KeyboardInterrupt as e:
+        with shielded("writing the partial results"):
+            dropped = drop_incomplete(out)
+            results["partial"] = f"interrupted ({str(e) or 'SIGINT'}); only the repetitions that finished are in it"
+            for v in results["variants"].values():
+                v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+            results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
+            results["finished"] = time.time()
+            write_results(results, out)
+            bar.phase(f"interrupted: {out / 'results.json'} holds the finished repetitions (marked partial)"
+                      + (f"; removed the unfinished {', '.join(dropped)}" if dropped else ""))
+        raise
+    results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
+    results["finished"] = time.time()
+    return results
+
+
+def drop_incomplete(out: Path) -> list[str]:
+    """Remove repetitions that never finished (no run.json): they cannot be analysed or reused."""
+    gone = []
+    for d in sorted((out / "raw").glob("*/rep*")):
+        if d.is_dir() and not (d / "run.json").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(str(d.relative_to(out)))
+    return gone
+
+
+def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: float, results: dict) -> None:
+    from hpnlab.traffic import report
+
+    doc = exp.doc
     for vi, plan in enumerate(exp.plans):
         v: dict = {"description": plan.description, "lab": plan.spec.name, "spec_overrides": plan.overrides,
                    "access": plan.spec.access, "tier2": plan.spec.tier2,
@@ -283,13 +321,11 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
             v["error"] = str(e)
             bar.phase(f"variant {plan.name} failed: {e}")
         finally:
-            keep_logs(rt, out / "raw" / plan.name / "logs")
-            bar.phase(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
-            rt.destroy(bar)
+            with shielded("taking the lab down"):
+                keep_logs(rt, out / "raw" / plan.name / "logs")
+                bar.phase(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
+                rt.destroy(bar)
         v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
-    results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
-    results["finished"] = time.time()
-    return results
 
 
 def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
@@ -317,7 +353,8 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
         runs = []
         for k, run_dir in enumerate(sorted((out / "raw" / plan.name).glob("rep*"), key=lambda d: int(d.name[3:]))):
             if not (run_dir / "run.json").exists():
-                raise RuntimeFailure(f"{run_dir}: no run.json (written since hpnlab 0.1 runs); run the experiment again")
+                raise RuntimeFailure(f"{run_dir}: no run.json (an unfinished repetition, or a run older than "
+                                     f"hpnlab 0.1); remove that folder or run the experiment again")
             runs.append(_trim(collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir), k))
         v["runs"] = runs
         v["faults"] = report.aggregate(runs) if runs else []

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from hpnlab import __version__
+from hpnlab import __version__, signals
 from hpnlab.cli import images, labcmds, trafficcmds
 from hpnlab.errors import HpnlabError
 
@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signals.handle_termination()  # SIGTERM/SIGHUP roll back like Ctrl-C
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -124,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     except HpnlabError as e:
         print(f"hpnlab: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("hpnlab: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        signals.ignore_all()  # everything is rolled back: a late signal must not kill us before we exit
+        print(f"hpnlab: interrupted ({str(e) or 'SIGINT'})", file=sys.stderr)
+        return signals.exit_code(e)
     except BrokenPipeError:
         return 0
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from hpnlab import runtime as runtimes
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import need_root, open_lab, resolve_lab
+from hpnlab.signals import shielded
 from hpnlab.traffic import experiment, faults, nodetools, runner
 
 
@@ -89,8 +90,9 @@ def fail_cmd(args) -> int:
             time.sleep(0.05)
     finally:
         if inj.active:
-            inj.revert_all()
-            print(f"reverted: {f.label}", file=sys.stderr)
+            with shielded("reverting the fault"):
+                inj.revert_all()
+                print(f"reverted: {f.label}", file=sys.stderr)
     return 0
 
 
