@@ -15,6 +15,7 @@ from hpnlab.errors import RuntimeFailure
 
 BIN = Path("/usr/lib/frr")
 RUN = Path("/var/run/frr")  # one pathspace per router: RUN/<lab>-<node>
+TMP = Path("/var/tmp/frr")  # each daemon's crash-log directory, <daemon>.<pid>, left if it is killed
 DAEMONS = ("zebra", "staticd", "bgpd", "bfdd")  # start order; zebra first (the others connect to it)
 # The daemons Debian's frr knows; those a router does not run are written "no" in the daemons file.
 KNOWN = DAEMONS + ("ospfd", "ospf6d", "ripd", "ripngd", "isisd", "pimd", "ldpd", "nhrpd", "eigrpd", "babeld",

@@ -15,6 +15,7 @@ from hpnlab.proc import pid_alive
 from hpnlab.runtime.base import Runtime
 
 HEARTBEAT_MAX_AGE = 3.0
+VTYSH_TIMEOUT = 5.0  # a hung router is a FAIL row, not an aborted verify
 
 
 def _check(name: str, ok: bool, detail: str) -> dict:
@@ -103,9 +104,9 @@ def check_bgp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
 
     def one(n: str) -> dict:
         want = len(cfgs[n]["fabric_ifaces"])
-        data = rt.vtysh_json(n, "show bgp summary json")
+        data = rt.vtysh_json(n, "show bgp summary json", timeout=VTYSH_TIMEOUT)
         if not isinstance(data, dict):
-            return _check(f"bgp {n}", False, "bgpd not answering")
+            return _check(f"bgp {n}", False, f"bgpd not answering (within {VTYSH_TIMEOUT:g} s)")
         peers = (data.get("ipv4Unicast") or {}).get("peers", {})
         up = sum(1 for p in peers.values() if p.get("state") == "Established")
         return _check(f"bgp {n}", up == want, f"{up}/{want} sessions established")

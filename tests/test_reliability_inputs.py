@@ -169,3 +169,26 @@ def test_lab_names_are_validated_everywhere_they_enter(cmd, name):
 
 def test_exec_takes_lab_after_the_node():
     one_line(cli("exec", "s0h0", "--lab", "../x", "--", "true"), "lowercase letters and digits")
+
+
+def test_overlapping_fault_windows_are_refused(tmp_path):
+    p = tmp_path / "e.yml"
+    p.write_text(yaml.safe_dump({"name": "x", "duration": 10, "faults": [
+        {"kind": "link-down", "node": "s1h1", "iface": "r0p1", "at": 1, "until": 2},
+        {"kind": "link-down", "node": "s0h0", "iface": "r0p0", "at": 2.5, "until": 4}]}))
+    one_line(cli("run", str(p), "--out", str(tmp_path / "o")), "faults.1: starts at 2.5 s, within faults.0's window",
+             "at >= 3")
+
+
+def test_loss_after_a_repair_stops_at_the_next_fault():
+    """A gap that runs from one fault's repair into the next fault is counted once, by each fault for
+    its own window (the shipped ablations' 'lost after repair' of s1h1 included s0h0's black hole)."""
+    from hpnlab.traffic import measure
+
+    interval = 0.004
+    gap = measure.Gap(start=1.0, end=5.0, missing=999, interval=interval)  # silent from 1 s to 5 s
+    fl = measure.Flow("s", 0, 2000, 1001, 0, 0, [gap])
+    alone = measure.fault_metrics([fl], start=1.0, end=2.0, window_end=10.0)
+    assert alone["lost_after_repair_1s"] == pytest.approx(499, abs=2)  # sent in [3 s, 5 s)
+    first = measure.fault_metrics([fl], start=1.0, end=2.0, window_end=3.0)  # the next fault starts at 3 s
+    assert first["lost_after_repair_1s"] == 0

@@ -191,5 +191,13 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         for j, f in enumerate(fl):
             if f.at >= doc.duration or (f.until or 0) > doc.duration:
                 raise SpecError(f"{where} faults.{j}: at/until must lie within duration ({doc.duration:g} s)")
+        order = sorted(range(len(fl)), key=lambda j: fl[j].at)
+        for a, b in zip(order, order[1:]):  # each fault's effects are judged until the next one starts
+            fa, fb = fl[a], fl[b]
+            if fa.until is None or fb.at < fa.until + 1.0:
+                raise SpecError(f"{where} faults.{b}: starts at {fb.at:g} s, within faults.{a}'s window "
+                                f"(until {'the end' if fa.until is None else f'{fa.until:g} s'} + 1 s after its "
+                                f"repair); give it at >= {(fa.until or doc.duration) + 1:g} so loss is "
+                                f"attributed to the right fault")
         plans.append(Plan(v.name, v.description, spec, v.spec, cfgs, probes, workload, fl))
     return Experiment(p, doc, plans)

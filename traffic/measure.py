@@ -82,7 +82,8 @@ def fault_metrics(flows: list[Flow], start: float, end: float | None, window_end
                     blackholed.add((fl.stream, fl.flow))
                 else:
                     converged = max(converged, g.ms)
-                lost_after += g.lost_sent_after(end + 1.0)
+                # sent from 1 s after the repair until the next fault: what follows is that fault's
+                lost_after += g.lost_sent_after(end + 1.0) - g.lost_sent_after(max(end + 1.0, window_end))
     # Recovered: no flow is still silent when the window closes (later faults' gaps do not count).
     silent = any(g.start < window_end <= g.end + g.interval for fl in flows for g in fl.gaps)
     recovered = not silent and (end is None or lost_after == 0)

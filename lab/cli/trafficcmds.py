@@ -100,6 +100,8 @@ def fail_cmd(args) -> int:
 def capture_cmd(args) -> int:
     rt, cfgs = _lab(args)
     out = Path(args.out or f"{args.node}-{args.iface}.pcap")
+    if out.exists() and not args.force:
+        raise SpecError(f"--out '{out}' exists; choose another file or add --force to overwrite it")
     cap = nodetools.Capture(rt, cfgs, args.node, args.iface, out, args.count, args.filter)
     print(f"capturing on {args.node}:{args.iface} -> {cap.out}" +
           (f" for {args.duration:g} s" if args.duration else " (Ctrl-C to stop)"), file=sys.stderr)
@@ -180,7 +182,8 @@ def add_parsers(sub) -> None:
     c = sub.add_parser("capture", help="write a pcap of one node interface (tcpdump inside the node)")
     c.add_argument("node")
     c.add_argument("iface")
-    c.add_argument("--out", "-o", help="pcap file (default NODE-IFACE.pcap)")
+    c.add_argument("--out", "-o", help="pcap file (default NODE-IFACE.pcap); an existing file is kept unless --force")
+    c.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     c.add_argument("--duration", type=float, help="seconds (default: until Ctrl-C or --count)")
     c.add_argument("--count", type=int, help="stop after this many packets")
     c.add_argument("--filter", help="tcpdump filter expression, e.g. 'ether proto 0x8809'")

@@ -212,7 +212,11 @@ class Runtime:
         return run(self.exec_argv(node, argv), **kw)
 
     def vtysh_json(self, node: str, command: str, timeout: float = 20) -> dict | list | None:
-        r = run(self.vtysh_argv(node, [command]), timeout=timeout, check=False)
+        """Parsed JSON, or None when the router does not answer (also when it hangs past ``timeout``)."""
+        try:
+            r = run(self.vtysh_argv(node, [command]), timeout=timeout, check=False)
+        except RuntimeFailure:
+            return None
         if r.returncode != 0:
             return None
         try:

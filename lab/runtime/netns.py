@@ -62,6 +62,16 @@ class NetnsRuntime(Runtime):
     def netns(self, node: str) -> str:
         return f"{self.lab}-{node}"
 
+    def refuse_foreign(self, nodes: list[str]) -> None:
+        """Neither a namespace nor an FRR directory of a node's name may exist already: the lab would
+        adopt it, and later delete it with whatever it holds."""
+        super().refuse_foreign(nodes)
+        taken = [str(self.frr_dir(n)) for n in nodes if self.frr_dir(n).exists()]
+        if taken:
+            raise RuntimeFailure(f"'{taken[0]}' already exists and is not this lab's: remove it (or "
+                                 f"'hpnlab down --lab {self.lab}' if a crashed lab of this name left it), "
+                                 f"or choose another lab name")
+
     def frr_dir(self, node: str) -> Path:
         return frr.RUN / self.netns(node)
 
@@ -123,38 +133,42 @@ class NetnsRuntime(Runtime):
         self.state.save()
 
     # --- teardown ----------------------------------------------------------------------------------
-    def frr_pids(self) -> dict[int, str]:
-        out = {}
+    def frr_daemons(self) -> list[tuple[int, str, str]]:
+        """(pid, daemon, pathspace) of every FRR daemon the lab started, from its pid files."""
+        out = []
         for d in self.state.data.frr_dirs:
             for pf in Path(d).glob("*.pid"):
                 try:
-                    out[int(pf.read_text().strip())] = Path(d).name
+                    out.append((int(pf.read_text().strip()), pf.stem, Path(d).name))
                 except (OSError, ValueError):
                     pass
         return out
 
+    def frr_pids(self) -> dict[int, str]:
+        return {pid: ns for pid, _d, ns in self.frr_daemons()}
+
     def destroy(self, progress: Progress) -> None:
-        agents = {pid: is_agent for pid in self.state.data.agents.values()}
-        if agents:
-            progress(f"stopping {len(agents)} agents")
-            kill_pids(agents)
-        pids = self.frr_pids()
-        if pids:
-            progress(f"stopping {len(pids)} FRR daemons")
-            kill_pids({pid: (lambda c, ns=ns: frr.is_daemon(c, ns)) for pid, ns in pids.items()})
+        """Stop every process of the lab at once (agents, FRR, anything else in its namespaces: all
+        SIGTERMed together, waited for until every thread is gone), then delete the namespaces in one batch."""
         existing = set(list_netns())
         mine = [ns for ns in self.state.data.netns if ns in existing]
-        # Anything still running inside our own namespaces was started by this lab (probes, shells).
-        left: dict[int, object] = {}
-        for ns in mine:
+        daemons = self.frr_daemons()
+        procs: dict[int, object] = {}
+        for ns in mine:  # whatever runs inside our own namespaces was started by this lab (probes, shells)
             for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                left[int(pid)] = lambda c: True
-        if left:
-            progress(f"stopping {len(left)} leftover processes in the lab's namespaces")
-            kill_pids(left, timeout=2)
+                procs[int(pid)] = lambda c: True
+        procs.update({pid: is_agent for pid in self.state.data.agents.values()})
+        procs.update({pid: (lambda c, ns=ns: frr.is_daemon(c, ns)) for pid, _d, ns in daemons})
+        procs.pop(os.getpid(), None)
+        if procs:
+            progress(f"stopping {len(procs)} processes ({len(self.state.data.agents)} agents, "
+                     f"{len(daemons)} FRR daemons)")
+            kill_pids(procs)
         if mine:
             progress(f"deleting {len(mine)} namespaces")
             run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {ns}\n" for ns in mine), check=False)
         for d in self.state.data.frr_dirs:
             shutil.rmtree(d, ignore_errors=True)
+        for pid, daemon, _ns in daemons:  # FRR's crash-log directory of a daemon that did not exit cleanly
+            shutil.rmtree(frr.TMP / f"{daemon}.{pid}", ignore_errors=True)
         self.remove_state()
