@@ -49,14 +49,17 @@ def cmdline(pid: int) -> list[str]:
         return []
 
 
-def kill_pids(pids: dict[int, Callable[[list[str]], bool]], timeout: float = 5.0) -> list[int]:
-    """SIGTERM each PID whose cmdline the matcher recognises (never a recycled PID), then SIGKILL
-    stragglers; returns only when every one of them has exited (all threads)."""
+def kill_pids(pids: dict[int, Callable[[list[str]], bool]], timeout: float = 5.0, hard: bool = False) -> list[int]:
+    """SIGTERM (``hard``: SIGKILL) each PID whose cmdline the matcher recognises (never a recycled PID),
+    then SIGKILL stragglers; returns only when every one of them has exited (all threads)."""
     ours = [pid for pid, match in pids.items() if pid_alive(pid) and match(cmdline(pid))]
     for pid in ours:
         try:
-            os.kill(pid, signal.SIGCONT)  # a hung-node fault may have stopped it; SIGTERM waits otherwise
-            os.kill(pid, signal.SIGTERM)
+            if hard:
+                os.kill(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGCONT)  # a hung-node fault may have stopped it; SIGTERM waits otherwise
+                os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + timeout
