@@ -17,6 +17,7 @@ from pathlib import Path
 from hpnlab import frr, render, runtime as runtimes, topology, verify
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState
+from hpnlab.proc import is_node_process, processes
 from hpnlab.signals import shielded
 from hpnlab.runtime.base import Runtime, State, list_netns, load_nodes, running_labs, state_dir
 from hpnlab.spec import Spec, check_lab_name, load_spec
@@ -145,6 +146,20 @@ def recovered_state(lab: str) -> LabState:
                     clab_topology=str(topo_file) if clab and topo_file.exists() else None)
 
 
+def leftovers(lab: str) -> list[str]:
+    """What carries a lab's name on this machine: namespaces, FRR directories, its state directory, and
+    FRR daemons or hpnlab node processes serving it. Empty after ``down``."""
+    lab = check_lab_name(lab, "--lab")
+    out = [f"netns {n}" for n in list_netns() if n.startswith(f"{lab}-") or n.startswith(f"clab-{lab}-")]
+    out += [f"frr dir {p}" for p in sorted(frr.RUN.glob(f"{lab}-*"))]
+    if state_dir(lab).exists():
+        out.append(f"state {state_dir(lab)}")
+    for pid, argv in processes().items():
+        if any(f"{lab}-" in a or f"/{lab}/" in a for a in argv) and (frr.is_daemon(argv) or is_node_process(argv)):
+            out.append(f"process {pid} {argv[0]}")
+    return out
+
+
 def tear_down(lab: str, progress=None) -> bool:
     """Remove a lab and everything it created; False if there was nothing to remove."""
     progress = progress or Progress(quiet=True)
@@ -153,7 +168,7 @@ def tear_down(lab: str, progress=None) -> bool:
         st = State.load(lab)
     except StateError as e:
         data = recovered_state(lab)
-        if not state_dir(lab).exists() and not data.netns and not data.frr_dirs:
+        if not state_dir(lab).exists() and not data.netns and not data.frr_dirs and not leftovers(lab):
             return False
         if state_dir(lab).exists():
             progress(str(e).split(": 'hpnlab down")[0])

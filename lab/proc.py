@@ -49,6 +49,22 @@ def cmdline(pid: int) -> list[str]:
         return []
 
 
+def processes() -> dict[int, list[str]]:
+    """Every process on the machine: pid -> its command line (empty for kernel threads)."""
+    out = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            argv = cmdline(int(entry.name))
+            if argv and argv != [""]:
+                out[int(entry.name)] = argv
+    return out
+
+
+def is_node_process(argv: list[str]) -> bool:
+    """An agent or tool of hpnlab's (``python -m hpnlab.node.X``)."""
+    return any(a.startswith("hpnlab.node.") for a in argv)
+
+
 def kill_pids(pids: dict[int, Callable[[list[str]], bool]], timeout: float = 5.0, hard: bool = False) -> list[int]:
     """SIGTERM (``hard``: SIGKILL) each PID whose cmdline the matcher recognises (never a recycled PID),
     then SIGKILL stragglers; returns only when every one of them has exited (all threads)."""

@@ -65,22 +65,11 @@ def poll(fn, timeout=5.0, interval=0.02):
 
 
 def leftovers(lab: str) -> list[str]:
-    """Everything a lab could leave behind: namespaces, FRR run dirs, state, processes, root nft tables."""
-    out = []
-    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-    out += [f"netns {n}" for n in ns if n.startswith(f"{lab}-")]
-    out += [f"frr dir {p}" for p in Path("/var/run/frr").glob(f"{lab}-*")]
-    if Path(f"/run/hpnlab/{lab}").exists():
-        out.append(f"state /run/hpnlab/{lab}")
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if f"{lab}-".encode() in b" ".join(cmd) and (b"/usr/lib/frr/" in cmd[0] or
-                                                          any(b"hpnlab.node." in c for c in cmd)):
-                out.append(f"process {proc.name} {cmd[0].decode()}")
+    """Everything a lab could leave behind: what carries its name (hpnlab.orchestrate.leftovers, the
+    same list `down` is checked against) and nftables tables in the root namespace."""
+    from hpnlab.orchestrate import leftovers as named
+
+    out = named(lab)
     tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
     out += [f"root nft {t}" for t in tables.splitlines() if "hpnlab" in t]
     return out

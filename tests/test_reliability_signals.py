@@ -5,6 +5,7 @@ outside the lab is touched. (bench/reliability_sweep.py repeats this at random p
 from __future__ import annotations
 
 import json
+import sys
 import signal
 import subprocess
 import time
@@ -105,3 +106,16 @@ def test_sigkill_during_up_then_one_down_cleans_everything(tmp_path):
     assert leftovers(name) != []  # killed: nothing could roll back
     hpnlab("down", "--lab", name)
     assert leftovers(name) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_command_loads_exits_quietly(tmp_path, sig):
+    """Before the command line has loaded nothing exists to roll back: exit 128+signal, no traceback."""
+    exe = Path(sys.executable).parent / "hpnlab"  # the console script users run
+    p = subprocess.Popen([str(exe), "up", str(_spec(tmp_path, "sgearly"))], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(0.15)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + sig and "Traceback" not in err, err[-1500:]
+    assert leftovers("sgearly") == []

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hpnlab import frr
+from hpnlab.proc import is_node_process, processes
 from tests.conftest import ROOT
 from tests.test_lab_netns import _need_lab_machine
 
@@ -21,15 +23,7 @@ def _snapshot() -> dict[str, set[str]]:
           .stdout.splitlines() if ln.strip()}
     state = {p.name for p in Path("/run/hpnlab").iterdir()} if Path("/run/hpnlab").exists() else set()
     frr = {p.name for p in Path("/var/run/frr").glob("*-*")}
-    procs = set()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"hpnlab.node." in cmd or cmd.startswith(b"/usr/lib/frr/"):
-                procs.add(proc.name)
+    procs = {str(pid) for pid, argv in processes().items() if frr.is_daemon(argv) or is_node_process(argv)}
     nft = set(subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout.splitlines())
     return {"netns": ns, "state": state, "frr": frr, "procs": procs, "nft": nft}
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from hpnlab import containers, frr, nodesetup
 from hpnlab.errors import RuntimeFailure
-from hpnlab.proc import cmdline, kill_pids, run
+from hpnlab.proc import cmdline, is_node_process, kill_pids, run
 from hpnlab.runtime.base import Progress, Runtime, list_netns, register
-from hpnlab.runtime.netns import is_agent, need_tools
+from hpnlab.runtime.netns import need_tools
 
 CLAB = "containerlab"
 DOCKER = "docker"
@@ -184,7 +184,7 @@ class ClabRuntime(Runtime):
         return [p for p in self.netns_pids(node) if match(cmdline(p))]
 
     def agent_pid(self, node: str) -> int | None:
-        pids = self._pids_matching(node, is_agent)
+        pids = self._pids_matching(node, is_node_process)
         return pids[0] if pids else None
 
     def frr_pids(self) -> dict[int, str]:

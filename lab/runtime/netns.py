@@ -16,8 +16,9 @@ from pathlib import Path
 
 from hpnlab import frr, nodesetup
 from hpnlab.errors import RuntimeFailure
-from hpnlab.proc import kill_pids, run
+from hpnlab.proc import is_node_process, kill_pids, pid_alive, processes, run
 from hpnlab.runtime.base import Progress, Runtime, list_netns, register
+from hpnlab.signals import shielded
 
 IFINDEX_BASE = 1000
 TOOLS = (("ip", "iproute2"), ("nft", "nftables"), ("sysctl", "procps"), ("ping", "iputils-ping"))
@@ -41,10 +42,6 @@ def need_tools(tools=TOOLS) -> None:
     for tool, pkg in tools:
         if not shutil.which(tool):
             raise RuntimeFailure(f"'{tool}' not found: install Debian's {pkg} (sudo ./bootstrap install)")
-
-
-def is_agent(argv: list[str]) -> bool:
-    return any(a.startswith("hpnlab.node.") for a in argv)
 
 
 @register
@@ -100,6 +97,21 @@ class NetnsRuntime(Runtime):
             for p in (self.config_dir / n, self.config_dir / n / "frr.conf"):  # 'write file' lands here
                 shutil.chown(p, "frr", "frr")
         os.chmod(self.state.dir, 0o755)
+        launching: list[subprocess.Popen] = []
+        try:
+            self._launch_frr(routers, cfgs, launching)
+        except BaseException:
+            # Interrupted while launchers run: let each finish daemonising, so every daemon is inside its
+            # namespace (where the rollback finds it) rather than forked after the rollback looked.
+            with shielded("rolling back"):
+                for p in launching:
+                    try:
+                        p.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+            raise
+
+    def _launch_frr(self, routers: list[str], cfgs: dict[str, dict], launching: list) -> None:
         for daemon in frr.DAEMONS:  # each daemon on every router at once, in start order
             procs = []
             for n in routers:
@@ -109,6 +121,7 @@ class NetnsRuntime(Runtime):
                                        self.log_dir / f"{n}.{daemon}.log", self.frr_dir(n) / f"{daemon}.pid")
                 procs.append((n, subprocess.Popen(self.exec_argv(n, argv), stdout=subprocess.DEVNULL,
                                                   stderr=subprocess.PIPE, text=True)))
+                launching.append(procs[-1][1])
             for n, p in procs:
                 _, err = p.communicate(timeout=60)
                 if p.returncode != 0:
@@ -147,6 +160,21 @@ class NetnsRuntime(Runtime):
     def frr_pids(self) -> dict[int, str]:
         return {pid: ns for pid, _d, ns in self.frr_daemons()}
 
+    def orphans(self) -> list[int]:
+        """Processes of this lab that no namespace or pid file leads to any more (e.g. a daemon that forked
+        after an earlier, killed teardown looked): FRR daemons whose pathspace is ``<lab>-<node>`` and
+        agents or tools reading files under this lab's state directory. Lab names have no '-', so no
+        other lab's process matches."""
+        mine = f"{self.lab}-"
+        state = f"{self.state.dir}/"
+        out = []
+        for pid, argv in processes().items():
+            if frr.is_daemon(argv) and "-N" in argv[:-1] and argv[argv.index("-N") + 1].startswith(mine):
+                out.append(pid)
+            elif is_node_process(argv) and any(a.startswith(state) for a in argv):
+                out.append(pid)
+        return out
+
     def destroy(self, progress: Progress) -> None:
         """Stop every process of the lab at once, then delete the namespaces in one batch.
 
@@ -157,16 +185,20 @@ class NetnsRuntime(Runtime):
         existing = set(list_netns())
         mine = [ns for ns in self.state.data.netns if ns in existing]
         daemons = self.frr_daemons()
-        procs: dict[int, object] = {}
-        for ns in mine:  # whatever runs inside our own namespaces was started by this lab (probes, shells)
-            for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                procs[int(pid)] = lambda c: True
-        procs.update({pid: is_agent for pid in self.state.data.agents.values()})
-        procs.update({pid: (lambda c, ns=ns: frr.is_daemon(c, ns)) for pid, _d, ns in daemons})
-        procs.pop(os.getpid(), None)
-        if procs:
-            progress(f"stopping {len(procs)} processes ({len(self.state.data.agents)} agents, "
-                     f"{len(daemons)} FRR daemons)")
+        recorded = {pid: is_node_process for pid in self.state.data.agents.values()}
+        recorded.update({pid: (lambda c, ns=ns: frr.is_daemon(c, ns)) for pid, _d, ns in daemons})
+        recorded.update({pid: (lambda c: True) for pid in self.orphans()})
+        for sweep in range(5):  # again until the namespaces are empty: a daemon may fork while we kill
+            procs: dict[int, object] = dict(recorded) if sweep == 0 else {}
+            for ns in mine:  # whatever runs inside our own namespaces was started by this lab (probes, shells)
+                for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
+                    procs[int(pid)] = lambda c: True
+            procs = {p: m for p, m in procs.items() if p != os.getpid() and pid_alive(p)}
+            if not procs:
+                break
+            if sweep == 0:
+                progress(f"stopping {len(procs)} processes ({len(self.state.data.agents)} agents, "
+                         f"{len(daemons)} FRR daemons)")
             kill_pids(procs, hard=True)
         if mine:
             progress(f"deleting {len(mine)} namespaces")
