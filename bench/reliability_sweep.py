@@ -93,7 +93,9 @@ def describe(r: dict) -> str:
         return "nothing left (rolled back, or down finished)"
     if r["action"] == "up" and r["rc"] == 0:
         return "up had finished before the signal (the lab is up, as asked); down removed it"
-    return f"{r['left']} objects left (nothing can roll back a SIGKILL); one down removed them"
+    if r["action"] == "down":
+        return f"down stopped before it began ({r['left']} objects still up); the next down removed them"
+    return f"{r['left']} objects left (nothing rolls back a SIGKILL); one down removed them"
 
 
 def main() -> int:

@@ -244,6 +244,30 @@ class Runtime:
         shutil.rmtree(self.state.dir, ignore_errors=True)
 
 
+def netns_members(names: list[str]) -> dict[int, str]:
+    """pid -> namespace name, for every process inside one of the named namespaces. Read from /proc in
+    this process (one pass, no `ip netns pids` per namespace: that took 127 s for 264 namespaces on a
+    loaded machine)."""
+    inodes = {}
+    for n in names:
+        try:
+            st = os.stat(f"/run/netns/{n}")
+            inodes[(st.st_dev, st.st_ino)] = n
+        except OSError:
+            pass
+    out = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                st = os.stat(f"/proc/{entry.name}/ns/net")
+            except OSError:
+                continue
+            n = inodes.get((st.st_dev, st.st_ino))
+            if n:
+                out[int(entry.name)] = n
+    return out
+
+
 def list_netns() -> list[str]:
     """Every network namespace name on the machine (``ip netns list`` adds "(id: N)" after some)."""
     return [ln.split()[0] for ln in run(["ip", "netns", "list"], check=False).stdout.splitlines() if ln.strip()]

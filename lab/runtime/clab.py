@@ -19,7 +19,7 @@ from pathlib import Path
 from hpnlab import containers, frr, nodesetup
 from hpnlab.errors import RuntimeFailure
 from hpnlab.proc import cmdline, is_node_process, kill_pids, run
-from hpnlab.runtime.base import Progress, Runtime, list_netns, register
+from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, register
 from hpnlab.runtime.netns import need_tools
 
 CLAB = "containerlab"
@@ -208,15 +208,12 @@ class ClabRuntime(Runtime):
         existing = set(list_netns())
         own_pidns = os.readlink("/proc/self/ns/pid")
         ours: dict[int, object] = {}
-        for ns in self.state.data.netns:
-            if ns not in existing:
-                continue
-            for p in run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                try:
-                    if os.readlink(f"/proc/{p}/ns/pid") == own_pidns and int(p) != os.getpid():
-                        ours[int(p)] = lambda c: True
-                except OSError:
-                    pass
+        for p in netns_members([ns for ns in self.state.data.netns if ns in existing]):
+            try:
+                if os.readlink(f"/proc/{p}/ns/pid") == own_pidns and p != os.getpid():
+                    ours[p] = lambda c: True
+            except OSError:
+                pass
         if ours:
             progress(f"stopping {len(ours)} processes hpnlab started in the lab's namespaces")
             kill_pids(ours, timeout=2)

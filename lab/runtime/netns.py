@@ -17,7 +17,7 @@ from pathlib import Path
 from hpnlab import frr, nodesetup
 from hpnlab.errors import RuntimeFailure
 from hpnlab.proc import is_node_process, kill_pids, pid_alive, processes, run
-from hpnlab.runtime.base import Progress, Runtime, list_netns, register
+from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, register
 from hpnlab.signals import shielded
 
 IFINDEX_BASE = 1000
@@ -190,9 +190,8 @@ class NetnsRuntime(Runtime):
         recorded.update({pid: (lambda c: True) for pid in self.orphans()})
         for sweep in range(5):  # again until the namespaces are empty: a daemon may fork while we kill
             procs: dict[int, object] = dict(recorded) if sweep == 0 else {}
-            for ns in mine:  # whatever runs inside our own namespaces was started by this lab (probes, shells)
-                for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                    procs[int(pid)] = lambda c: True
+            # whatever runs inside our own namespaces was started by this lab (probes, shells)
+            procs.update({pid: (lambda c: True) for pid in netns_members(mine)})
             procs = {p: m for p, m in procs.items() if p != os.getpid() and pid_alive(p)}
             if not procs:
                 break
