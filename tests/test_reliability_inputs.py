@@ -192,3 +192,26 @@ def test_loss_after_a_repair_stops_at_the_next_fault():
     assert alone["lost_after_repair_1s"] == pytest.approx(499, abs=2)  # sent in [3 s, 5 s)
     first = measure.fault_metrics([fl], start=1.0, end=2.0, window_end=3.0)  # the next fault starts at 3 s
     assert first["lost_after_repair_1s"] == 0
+
+
+FAULT = st.fixed_dictionaries({"kind": st.sampled_from(["link-down", "hang", "one-way", "bogus", 3]),
+                               "node": st.sampled_from(["s0h0", "s0r0a", "nosuch", None]),
+                               "iface": st.sampled_from(["r0p0", "eth9", None, ["r0p0", "r0p1"]]),
+                               "at": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3)),
+                               "until": st.one_of(st.none(), st.floats(-5, 50))})
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.fixed_dictionaries({"name": st.text(max_size=8), "duration": st.one_of(st.floats(), st.integers(-5, 900)),
+                              "repetitions": st.integers(-2, 60), "faults": st.lists(FAULT, max_size=3),
+                              "probes": st.lists(st.fixed_dictionaries({"name": st.text(max_size=4),
+                                                                        "src": st.sampled_from(["s0h0", "s0r0a"]),
+                                                                        "dst": st.sampled_from(["s1h0", "s0h0"]),
+                                                                        "rate": st.floats()}), max_size=2)}))
+def test_fuzzed_experiment_files_never_raise_anything_but_spec_error(tmp_path, doc):
+    p = tmp_path / "fuzz.yml"
+    p.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    try:
+        experiment.load(p)
+    except SpecError as e:
+        assert "\n" not in str(e)

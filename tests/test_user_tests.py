@@ -22,10 +22,10 @@ def _snapshot() -> dict[str, set[str]]:
     ns = {ln.split()[0] for ln in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
           .stdout.splitlines() if ln.strip()}
     state = {p.name for p in Path("/run/hpnlab").iterdir()} if Path("/run/hpnlab").exists() else set()
-    frr = {p.name for p in Path("/var/run/frr").glob("*-*")}
+    frr_dirs = {p.name for p in frr.RUN.glob("*-*")}
     procs = {str(pid) for pid, argv in processes().items() if frr.is_daemon(argv) or is_node_process(argv)}
     nft = set(subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout.splitlines())
-    return {"netns": ns, "state": state, "frr": frr, "procs": procs, "nft": nft}
+    return {"netns": ns, "state": state, "frr": frr_dirs, "procs": procs, "nft": nft}
 
 
 def test_example_user_tests_pass_from_outside_the_checkout(tmp_path):
