@@ -7,7 +7,6 @@ every package both images need, so ``build --base`` then fetches nothing.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess

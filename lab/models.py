@@ -97,6 +97,7 @@ class LabState(_Model):
     netns: list[str] = []  # namespaces the lab creates, recorded before creation
     frr_dirs: list[str] = []  # FRR pathspace directories, recorded before creation
     agents: dict[str, int] = {}  # node -> agent PID (namespace runtime)
+    frr_pids: dict[str, int] = {}  # "<node>/<daemon>" -> PID, read from the pid files once FRR started
     faults: list[FaultRecord] = []  # applied and not yet reverted, with their undo recipes
     clab_topology: str | None = None
     owner_pid: int | None = Field(None, description="the hpnlab process deploying it (while it deploys)")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 from hpnlab import frr, render, runtime as runtimes, topology, verify
 from hpnlab.errors import RuntimeFailure, SpecError, StateError

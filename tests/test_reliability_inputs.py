@@ -177,7 +177,7 @@ def test_overlapping_fault_windows_are_refused(tmp_path):
         {"kind": "link-down", "node": "s1h1", "iface": "r0p1", "at": 1, "until": 2},
         {"kind": "link-down", "node": "s0h0", "iface": "r0p0", "at": 2.5, "until": 4}]}))
     one_line(cli("run", str(p), "--out", str(tmp_path / "o")), "faults.1: starts at 2.5 s, within faults.0's window",
-             "at >= 3")
+             "at >= 4")
 
 
 def test_loss_after_a_repair_stops_at_the_next_fault():

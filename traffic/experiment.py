@@ -17,6 +17,7 @@ from hpnlab.spec import Spec, _field_path, merge, parse_spec, read_yaml
 from hpnlab.traffic import faults as faultmod
 
 EXPERIMENTS = data_dir("experiments")
+SETTLE = 2.0  # seconds from one fault's repair to the next fault (1 s to settle, 1 s to count what is lost)
 EXAMPLES = data_dir("examples")
 
 
@@ -194,10 +195,12 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         order = sorted(range(len(fl)), key=lambda j: fl[j].at)
         for a, b in zip(order, order[1:]):  # each fault's effects are judged until the next one starts
             fa, fb = fl[a], fl[b]
-            if fa.until is None or fb.at < fa.until + 1.0:
+            # 'lost after repair' counts what was sent from 1 s after a repair until the next fault, so
+            # that window must exist: at least 2 s between one repair and the next fault.
+            if fa.until is None or fb.at < fa.until + SETTLE:
                 raise SpecError(f"{where} faults.{b}: starts at {fb.at:g} s, within faults.{a}'s window "
-                                f"(until {'the end' if fa.until is None else f'{fa.until:g} s'} + 1 s after its "
-                                f"repair); give it at >= {(fa.until or doc.duration) + 1:g} so loss is "
-                                f"attributed to the right fault")
+                                f"(until {'the end' if fa.until is None else f'{fa.until:g} s'} + {SETTLE:g} s "
+                                f"after its repair); give it at >= {(fa.until or doc.duration) + SETTLE:g} so loss "
+                                f"is attributed to the right fault")
         plans.append(Plan(v.name, v.description, spec, v.spec, cfgs, probes, workload, fl))
     return Experiment(p, doc, plans)

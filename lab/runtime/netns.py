@@ -100,6 +100,11 @@ class NetnsRuntime(Runtime):
         launching: list[subprocess.Popen] = []
         try:
             self._launch_frr(routers, cfgs, launching)
+            # Recorded too: a daemon that exits by itself removes its pid file, but FRR leaves its
+            # /var/tmp/frr/<daemon>.<pid> directory, which destroy removes by these PIDs.
+            self.state.data.frr_pids = {f"{Path(d).name[len(self.lab) + 1:]}/{daemon}": pid
+                                        for pid, daemon, d in self.frr_daemons()}
+            self.state.save()
         except BaseException:
             # Interrupted while launchers run: let each finish daemonising, so every daemon is inside its
             # namespace (where the rollback finds it) rather than forked after the rollback looked.
@@ -147,15 +152,17 @@ class NetnsRuntime(Runtime):
 
     # --- teardown ----------------------------------------------------------------------------------
     def frr_daemons(self) -> list[tuple[int, str, str]]:
-        """(pid, daemon, pathspace) of every FRR daemon the lab started, from its pid files."""
-        out = []
+        """(pid, daemon, pathspace) of every FRR daemon the lab started: its pid files, and the PIDs
+        recorded when FRR started (a daemon that exited by itself has removed its pid file)."""
+        out = {(node, daemon): pid for key, pid in self.state.data.frr_pids.items()
+               for node, daemon in [key.split("/", 1)]}
         for d in self.state.data.frr_dirs:
             for pf in Path(d).glob("*.pid"):
                 try:
-                    out.append((int(pf.read_text().strip()), pf.stem, Path(d).name))
+                    out[(Path(d).name[len(self.lab) + 1:], pf.stem)] = int(pf.read_text().strip())
                 except (OSError, ValueError):
                     pass
-        return out
+        return [(pid, daemon, self.netns(node)) for (node, daemon), pid in out.items()]
 
     def frr_pids(self) -> dict[int, str]:
         return {pid: ns for pid, _d, ns in self.frr_daemons()}
