@@ -58,7 +58,7 @@ def resolve_lab(name: str | None) -> str:
 def open_lab(name: str) -> tuple[Runtime, dict[str, dict]]:
     """A running lab's runtime and node configs; one line if it is not running or its files are damaged."""
     name = check_lab_name(name, "--lab")
-    if not (state_dir(name) / "state.json").exists() and not state_dir(name).exists():
+    if not state_dir(name).exists():
         raise RuntimeFailure(f"lab '{name}' is not running" + _running_hint())
     st = State.load(name)
     rt = runtimes.get(st.data.runtime)(name, st)
