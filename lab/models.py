@@ -27,6 +27,7 @@ class Interface(_Model):
     peer: str
     peer_iface: str
     kind: Literal["access", "uplink", "core"]
+    shape: dict[str, int] | None = None  # {"rate_kbit", "queue_bytes"}: a tbf on this end
 
 
 class Nic(_Model):

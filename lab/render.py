@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jinja2
 
-from hpnlab import __version__, frr
+from hpnlab import __version__, capacity, frr
 from hpnlab.errors import SpecError
 from hpnlab.paths import data_dir
 from hpnlab.picture import fabric_svg
@@ -28,14 +28,15 @@ ROUTER_SYSCTLS = {
     "net.ipv6.conf.default.disable_ipv6": 0,
     "net.ipv4.conf.all.rp_filter": 0,
     "net.ipv4.conf.default.rp_filter": 0,
-    "net.ipv4.fib_multipath_hash_policy": 1,
     "net.ipv4.conf.all.ignore_routes_with_linkdown": 1,
-    "net.ipv4.icmp_ratelimit": 0,  # TTL-limited path probes get every time-exceeded answer
+    # TTL-limited path probes get every time-exceeded answer: no per-destination limit, and time
+    # exceeded (type 11) taken out of the global ICMP budget's mask (default 6168 = types 3, 4, 11, 12).
+    "net.ipv4.icmp_ratelimit": 0,
+    "net.ipv4.icmp_ratemask": 6168 & ~(1 << 11),
 }
 HOST_SYSCTLS = {
     "net.ipv4.conf.all.rp_filter": 0,
     "net.ipv4.conf.default.rp_filter": 0,
-    "net.ipv4.fib_multipath_hash_policy": 1,
     "net.ipv4.conf.all.ignore_routes_with_linkdown": 1,
     # Both ports carry the same IP: answer ARP only for addresses on the asking port.
     "net.ipv4.conf.all.arp_ignore": 1,
@@ -72,16 +73,21 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
     ifaces = []
     for lk, side in adj[node.name]:
         local, remote = _ends(lk, side)
-        ifaces.append({"name": local.iface, "mac": local.mac, "peer": remote.node, "peer_iface": remote.iface,
-                       "kind": lk.kind})
+        ifc = {"name": local.iface, "mac": local.mac, "peer": remote.node, "peer_iface": remote.iface,
+               "kind": lk.kind}
+        shape = capacity.shape_of(getattr(spec.links, lk.kind))
+        if shape:
+            ifc["shape"] = shape
+        ifaces.append(ifc)
     base = {"lab": topo.name, "name": node.name, "role": node.role, "interfaces": ifaces,
             "mechanisms": spec.mechanisms.model_dump()}
+    hashing = capacity.hash_sysctls(node.role, node.name, spec.hash.policy, spec.hash.seed)
     lacp = spec.lacp
     if node.role == "host":
         same_rail = defaultdict(list)
         for st in topo.sets:
             same_rail[st.rail].append(st.subnet)
-        base["sysctls"] = HOST_SYSCTLS
+        base["sysctls"] = {**HOST_SYSCTLS, **hashing}
         base["driver"] = spec.host_driver
         base["lacp"] = {"system_priority": 65535, "key": 1, "fast_rate": lacp.fast_rate}
         base["nics"] = [{"rail": nic.rail, "ip": nic.ip, "mac": nic.mac, "subnet": nic.subnet,
@@ -89,7 +95,7 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
                          "remote_subnets": [s for s in same_rail[nic.rail] if s != nic.subnet]}
                         for nic in node.nics]
         return base
-    base.update({"asn": node.asn, "router_id": node.router_id, "sysctls": ROUTER_SYSCTLS, "bfd": spec.bfd.enabled,
+    base.update({"asn": node.asn, "router_id": node.router_id, "sysctls": {**ROUTER_SYSCTLS, **hashing}, "bfd": spec.bfd.enabled,
                  "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] != "access"]})
     if node.role == "tor":
         base.update({
@@ -125,7 +131,7 @@ def render(topo: Topology) -> dict[str, str]:
         files[f"{node.name}/daemons"] = daemons.render(ctx, frr=frr.daemons_file(spec.bfd.enabled))
     summ = summary(topo)
     files[f"{topo.name}.clab.yml"] = env.get_template("clab/topology.clab.yml.j2").render(
-        topo=topo, summary=summ, images=IMAGES, version=__version__,
+        topo=topo, summary=summ, images=IMAGES, version=__version__, hashing=capacity.hash_sysctls,
         sysctls={"router": ROUTER_SYSCTLS, "host": HOST_SYSCTLS})
     files["topology.json"] = json.dumps(topo.to_dict(), indent=1) + "\n"
     files["fabric.svg"] = fabric_svg(topo)

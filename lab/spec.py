@@ -129,6 +129,40 @@ class Mechanisms(_Strict):
     arp_duplication: bool = True
 
 
+class LinkClass(_Strict):
+    """Capacity of one class of links, applied on both ends (tc tbf: a rate and a byte-limited queue)."""
+
+    rate_mbit: float = Field(gt=0, le=100000, description="egress rate of each end, Mbit/s")
+    queue_kb: int = Field(256, ge=4, le=65536, description="queue limit per end, KB (the tbf backlog cap)")
+
+
+class Links(_Strict):
+    """Link capacity per class, scaled down from the paper's 200 Gbit/s access and 400 Gbit/s fabric.
+    A class left out is unshaped (a veth runs at whatever the CPU gives it: nothing ever queues)."""
+
+    access: LinkClass | None = None
+    uplink: LinkClass | None = None
+    core: LinkClass | None = None
+
+
+class Hash(_Strict):
+    """The switches' ECMP hash. ``shared``: every switch hashes alike (one ASIC model, one seed: the
+    polarising case); ``per-switch``: a different seed per switch; a number: that seed on every switch.
+    Hosts (NICs, not switch ASICs) always hash with their own seed."""
+
+    policy: Literal["l3", "l4"] = "l4"
+    seed: str | int = "shared"
+
+    @field_validator("seed", mode="before")
+    @classmethod
+    def _seed(cls, v):
+        ok = v in ("shared", "per-switch") or (type(v) is int and 1 <= v <= 0xFFFFFFFF)
+        if not ok:
+            raise ValueError("must be 'shared', 'per-switch' or a number 1..4294967295 (0 would let the kernel "
+                             "pick one at random)")
+        return v
+
+
 class Spec(_Strict):
     name: str  # required: it prefixes everything the lab creates, so it is never guessed
     segments: int = Field(2, ge=1, le=64)
@@ -144,6 +178,8 @@ class Spec(_Strict):
     bgp: BGP = BGP()
     bfd: BFD = BFD()
     mechanisms: Mechanisms = Mechanisms()
+    links: Links = Links()
+    hash: Hash = Hash()
     host_driver: Literal["auto", "userspace", "bond"] = "auto"
 
     @field_validator("name")

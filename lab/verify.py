@@ -33,6 +33,43 @@ def bonded(rt: Runtime, cfg: dict) -> bool:
     return cfg["role"] == "host" and rt.state.data.host_driver == "bond"
 
 
+def check_config(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+    """What the spec's 'hash' and 'links' say, read back from each node's kernel: its multipath hash
+    policy and seed, and a tbf with the spec's rate and queue on every shaped interface."""
+    keys = ["net.ipv4.fib_multipath_hash_policy", "net.ipv4.fib_multipath_hash_seed"]
+
+    def one(item) -> dict:
+        n, c = item
+        problems = []
+        r = rt.run(n, ["sysctl", "-n", *keys], check=False, timeout=10)
+        have = r.stdout.split()
+        want = [str(c["sysctls"].get(k)) for k in keys]
+        if have != want:
+            problems.append(f"hash policy/seed {' '.join(have) or '?'}, spec says {' '.join(want)}")
+        shaped = {i["name"]: i["shape"] for i in c["interfaces"] if i.get("shape")}
+        if shaped:
+            r = rt.run(n, ["tc", "-j", "qdisc", "show"], check=False, timeout=10)
+            try:
+                qd = {q["dev"]: q for q in json.loads(r.stdout or "[]") if q.get("root")}
+            except ValueError:
+                qd = {}
+            for ifc, sh in shaped.items():
+                q = qd.get(ifc, {})
+                opts = q.get("options", {})
+                # tc -j prints the rate in bytes/s and the queue as latency (us): limit = rate x lat + burst
+                rate = opts.get("rate", 0)
+                limit = rate * opts.get("lat", 0) / 1e6 + opts.get("burst", 0)
+                if q.get("kind") != "tbf" or round(rate * 8 / 1000) != sh["rate_kbit"] \
+                        or abs(limit - sh["queue_bytes"]) > 0.02 * sh["queue_bytes"] + 64:
+                    problems.append(f"{ifc}: {q.get('kind', 'no')} qdisc, spec says tbf {sh['rate_kbit']} kbit/s "
+                                    f"limit {sh['queue_bytes']} B")
+        detail = "; ".join(problems[:3]) or (f"hash seed {have[1]}" + (f", {len(shaped)} links shaped" if shaped else ""))
+        return _check(f"config {n}", not problems, detail)
+
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        return list(ex.map(one, cfgs.items()))
+
+
 def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     out = []
     now = time.time()
@@ -191,7 +228,7 @@ def check_reachability(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     return out
 
 
-STAGES = [("agents", check_agents), ("lacp", check_lacp), ("bgp", check_bgp), ("routes", check_routes),
+STAGES = [("config", check_config), ("agents", check_agents), ("lacp", check_lacp), ("bgp", check_bgp), ("routes", check_routes),
           ("reachability", check_reachability)]
 
 

@@ -46,23 +46,39 @@ def craft(rt: Runtime, node: str, argv: list[str], timeout: float = 60) -> dict:
     return json.loads(r.stdout)
 
 
-def paths(rt: Runtime, cfgs: dict, src: str, dst: str, rail: int = 0, sports: list[int] | None = None) -> dict:
-    """Which ToR and which agg each source port takes from src to dst (TTL 1 / TTL 2 probes).
-    Returns {"src", "dst", "dport", "paths": [{"sport", "tor", "agg"}]}."""
+def path_map(rt: Runtime, cfgs: dict, src: str, dsts: list[str], rail: int = 0, sports: list[int] | None = None,
+             dport: int = 33434, proto: str = "udp", timeout: float = 120) -> list[dict]:
+    """Where each 5-tuple (src host -> each dst host, source port) goes: the host port and ToR it leaves
+    by, the agg, and the far ToR (TTL 1, 2, 3 probes through the kernel's own hash). One scapy run on
+    the source host covers every destination. Rows: {src, dst, sport, port, tor, agg, dst_tor}."""
     snic = nic_of(node_cfg(cfgs, src, "host"), rail)
-    dnic = nic_of(node_cfg(cfgs, dst, "host"), rail)
+    dips = {nic_of(node_cfg(cfgs, d, "host"), rail)["ip"]: d for d in dsts}
     sports = sports or list(range(20000, 20016))
-    res = craft(rt, src, ["paths", "--src", snic["ip"], "--dst", dnic["ip"], "--gateway", snic["gateway"],
-                          "--sports", ",".join(map(str, sports)), "--ifaces", ",".join(snic["ports"])])
+    res = craft(rt, src, ["paths", "--src", snic["ip"], "--dst", ",".join(dips), "--gateway", snic["gateway"],
+                          "--sports", ",".join(map(str, sports)), "--ifaces", ",".join(snic["ports"]),
+                          "--dport", str(dport), "--ttls", "1,2,3", "--proto", proto], timeout=timeout)
+    by_dst = res.get("by_dst") or {next(iter(dips)): res["paths"]}
     loop = {c["router_id"]: n for n, c in cfgs.items() if c["role"] != "host"}
     port_tor = dict(zip(snic["ports"], snic["tors"]))
     rows = []
-    for sp in sports:
-        h = res["paths"].get(str(sp), {})
-        tor = port_tor.get(h.get("tor", {}).get("iface"), "?")
-        agg = loop.get(h.get("agg", {}).get("src"), h.get("agg", {}).get("src", "?"))
-        rows.append({"sport": sp, "tor": tor, "agg": agg})
-    return {"src": snic["ip"], "dst": dnic["ip"], "dport": res["dport"], "paths": rows}
+    for dip, dst in dips.items():
+        got = by_dst.get(dip, {})
+        for sp in sports:
+            h = got.get(str(sp), {})
+            port = h.get("tor", {}).get("iface")
+            far = [loop.get(a, a) for a in h.get("hops", [])]
+            rows.append({"src": src, "dst": dst, "sport": sp, "port": port, "tor": port_tor.get(port, "?"),
+                         "agg": far[0] if far else "?", "dst_tor": far[1] if len(far) > 1 else "?"})
+    return rows
+
+
+def paths(rt: Runtime, cfgs: dict, src: str, dst: str, rail: int = 0, sports: list[int] | None = None,
+          dport: int = 33434, proto: str = "udp") -> dict:
+    """Which ToR, agg and far ToR each source port takes from src to dst.
+    Returns {"src", "dst", "dport", "proto", "paths": [{"sport", "tor", "agg", "dst_tor"}]}."""
+    rows = path_map(rt, cfgs, src, [dst], rail, sports, dport, proto)
+    return {"src": nic_of(cfgs[src], rail)["ip"], "dst": nic_of(cfgs[dst], rail)["ip"], "dport": dport,
+            "proto": proto, "paths": [{k: r[k] for k in ("sport", "tor", "agg", "dst_tor")} for r in rows]}
 
 
 def arp(rt: Runtime, cfgs: dict, node: str, iface: str, target: str) -> dict:

@@ -119,20 +119,21 @@ def probe_cmd(args) -> int:
     rt, cfgs = _lab(args)
     if args.mode == "paths":
         sports = list(range(args.sport, args.sport + args.flows))
-        res = nodetools.paths(rt, cfgs, args.src, args.dst, args.rail, sports)
+        res = nodetools.paths(rt, cfgs, args.src, args.dst, args.rail, sports, args.dport, args.proto)
         if args.json:
             json.dump(res, sys.stdout, indent=1)
             print()
             return 0
         rows = res["paths"]
-        print(f"{res['src']} -> {res['dst']} udp dport {res['dport']}: first two hops per source port")
-        print(f"{'sport':>6}  {'tor':<8} agg")
+        print(f"{res['src']} -> {res['dst']} {res['proto']} dport {res['dport']}: hops per source port")
+        print(f"{'sport':>6}  {'tor':<8} {'agg':<8} far tor")
         for r in rows:
-            print(f"{r['sport']:>6}  {r['tor']:<8} {r['agg']}")
+            print(f"{r['sport']:>6}  {r['tor']:<8} {r['agg']:<8} {r['dst_tor']}")
         by: dict = {}
         for r in rows:
-            by[(r["tor"], r["agg"])] = by.get((r["tor"], r["agg"]), 0) + 1
-        print("spread: " + ", ".join(f"{t}/{a}: {n}" for (t, a), n in sorted(by.items())))
+            key = (r["tor"], r["agg"], r["dst_tor"])
+            by[key] = by.get(key, 0) + 1
+        print("spread: " + ", ".join(f"{'/'.join(k)}: {n}" for k, n in sorted(by.items())))
         return 0
     if args.mode == "arp":
         res = nodetools.arp(rt, cfgs, args.node, args.iface, args.target)
@@ -192,12 +193,15 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("probe", help="crafted packets with scapy: ECMP paths (TTL probes), ARP, LACP")
     psub = p.add_subparsers(dest="mode", required=True, metavar="MODE")
-    a = psub.add_parser("paths", help="which ToR and agg each source port takes from SRC to DST")
+    a = psub.add_parser("paths", help="which ToR, agg and far ToR each source port takes from SRC to DST")
     a.add_argument("src")
     a.add_argument("dst")
     a.add_argument("--rail", type=int, default=0)
     a.add_argument("--flows", type=int, default=16)
     a.add_argument("--sport", type=int, default=20000, help="first source port")
+    a.add_argument("--dport", type=int, default=33434, help="destination port (part of the L4 hash)")
+    a.add_argument("--proto", choices=("udp", "tcp"), default="udp",
+                   help="protocol of the 5-tuple (part of the L4 hash): tcp probes with a SYN")
     a.add_argument("--json", action="store_true")
     b = psub.add_parser("arp", help="ARP request out of one host port; show who answers with which MAC")
     b.add_argument("node")

@@ -3,7 +3,9 @@
 - ``paths``: which ToR and which agg each 5-tuple takes. Probes leave through a kernel UDP socket with a
   small TTL (so the kernel's own ECMP hash picks the port, as it does for real traffic); scapy sniffs the
   ICMP time-exceeded answers on every port and decodes the quoted UDP header to match the source port.
-  TTL 1 is answered by the ToR (identified by the port it came back on), TTL 2 by the agg (its loopback).
+  TTL 1 is answered by the ToR (identified by the port it came back on), TTL 2 by the agg (its loopback),
+  TTL 3 by the far ToR (its loopback). TCP probes (a SYN) follow the same path as a TCP flow of that
+  5-tuple; UDP probes that of a UDP flow (the protocol is part of the L4 hash).
 - ``arp``: an ARP request out of one port; every answer with its MAC (the ToR's ARP proxy answers with
   the virtual MAC).
 - ``lacp``: LACPDUs heard on a port, decoded (actor system, key, port, state bits).
@@ -28,39 +30,69 @@ def _quiet_scapy():
     return scapy
 
 
-def paths(src: str, dst: str, gateway: str, sports: list[int], ifaces: list[str], dport: int = 33434,
-          wait: float = 1.0) -> dict:
-    """Per source port, a TTL 1 and a TTL 2 probe with the same 5-tuple (so they hash alike). The ToR
-    answers from the gateway address on the port that leads to it; the agg from its loopback."""
-    scapy = _quiet_scapy()
-    from scapy.layers.inet import ICMP, IP, UDPerror
+def _send_probe(proto: str, src: str, sport: int, dst: str, dport: int, ttl: int) -> None:
+    """One packet with this 5-tuple and TTL, through the kernel (so its ECMP hash picks the port). TCP:
+    a non-blocking connect sends the SYN; closing in SYN-SENT sends nothing more."""
+    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    s = socket.socket(socket.AF_INET, kind)
+    try:
+        s.setblocking(False)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+        s.bind((src, sport))
+        if proto == "tcp":
+            s.connect_ex((dst, dport))
+        else:
+            s.sendto(b"hpnlab-path-probe", (dst, dport))
+    finally:
+        s.close()
 
+
+def paths(src: str, dst: str, gateway: str, sports: list[int], ifaces: list[str], dport: int = 33434,
+          wait: float = 1.0, ttls: tuple[int, ...] = (1, 2), proto: str = "udp") -> dict:
+    """Per destination and source port, one probe per TTL with the same 5-tuple (so they hash alike).
+    The first-hop ToR answers from the gateway address on the port that leads to it; routers further on
+    answer from their loopbacks, listed in ``hops`` nearest first (by the answer's remaining TTL).
+    ``dst`` may list several destinations, comma-separated (one scapy start for all)."""
+    scapy = _quiet_scapy()
+    from scapy.layers.inet import ICMP, IP, IPerror, TCPerror, UDPerror
+
+    quoted = TCPerror if proto == "tcp" else UDPerror
+    dsts = dst.split(",")
     ready = threading.Event()
     sniffer = scapy.AsyncSniffer(iface=ifaces, filter="icmp", store=True, started_callback=ready.set)
     sniffer.start()
     if not ready.wait(5):
         raise SystemExit("scapy sniffer did not start within 5 s")
-    for sp in sports:
-        for ttl in (1, 2):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
-            s.bind((src, sp))
-            s.sendto(b"hpnlab-path-probe", (dst, dport))
-            s.close()
-            time.sleep(0.002)
+    for d in dsts:
+        for sp in sports:
+            for ttl in ttls:
+                _send_probe(proto, src, sp, d, dport, ttl)
+                time.sleep(0.001)
     time.sleep(wait)
     pkts = sniffer.stop() or []
-    hops: dict[int, dict] = {sp: {} for sp in sports}
+    hops: dict[tuple[str, int], dict] = {(d, sp): {} for d in dsts for sp in sports}
     for p in pkts:
-        if ICMP not in p or p[ICMP].type != 11 or UDPerror not in p:
+        if ICMP not in p or p[ICMP].type != 11 or quoted not in p or IPerror not in p:
             continue
-        q = p[UDPerror]
-        if q.sport not in hops or q.dport != dport:
+        q = p[quoted]
+        key = (p[IPerror].dst, q.sport)
+        if key not in hops or q.dport != dport:
             continue
-        key = "tor" if p[IP].src == gateway else "agg"
-        hops[q.sport][key] = {"src": p[IP].src, "iface": p.sniffed_on}
-    return {"src": src, "dst": dst, "dport": dport, "paths": {str(k): v for k, v in hops.items()}}
+        if p[IP].src == gateway:
+            hops[key]["tor"] = {"src": p[IP].src, "iface": p.sniffed_on}
+        else:
+            hops[key].setdefault("far", []).append((-p[IP].ttl, p[IP].src))
+    out = {}
+    for (d, sp), h in hops.items():
+        far = [a for _t, a in sorted(set(h.pop("far", [])))]
+        if far:
+            h["agg"] = {"src": far[0]}
+            h["hops"] = far
+        out.setdefault(d, {})[str(sp)] = h
+    first = out[dsts[0]]
+    return {"src": src, "dst": dst, "dport": dport, "proto": proto, "paths": first,
+            **({"by_dst": out} if len(dsts) > 1 else {})}
 
 
 def arp(iface: str, src_ip: str, target: str, wait: float = 1.0) -> dict:
@@ -99,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--gateway", required=True)
     a.add_argument("--sports", required=True, help="comma-separated source ports")
     a.add_argument("--ifaces", required=True, help="comma-separated ports to sniff on")
+    a.add_argument("--dport", type=int, default=33434)
+    a.add_argument("--ttls", default="1,2", help="comma-separated TTLs (3 reaches the far ToR)")
+    a.add_argument("--proto", choices=("udp", "tcp"), default="udp", help="the 5-tuple's protocol")
     b = sub.add_parser("arp")
     b.add_argument("--iface", required=True)
     b.add_argument("--src-ip", required=True)
@@ -108,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--wait", type=float, default=3.0)
     x = p.parse_args(argv)
     if x.mode == "paths":
-        res = paths(x.src, x.dst, x.gateway, [int(s) for s in x.sports.split(",")], x.ifaces.split(","))
+        res = paths(x.src, x.dst, x.gateway, [int(s) for s in x.sports.split(",")], x.ifaces.split(","), x.dport,
+                    ttls=tuple(int(t) for t in x.ttls.split(",")), proto=x.proto)
     elif x.mode == "arp":
         res = arp(x.iface, x.src_ip, x.target)
     else:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from hpnlab import nodesetup
+from hpnlab import capacity, nodesetup
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
@@ -192,12 +192,16 @@ class Runtime:
             self.start_agent(n, cfgs[n])
 
     def configure_node(self, node: str, cfg: dict) -> None:
-        """Sysctls, addresses/bonds, nftables, applied from outside through the node's namespace (so a
+        """Sysctls, addresses/bonds, link capacity, nftables, applied from outside through the node's namespace (so a
         container needs no tools or capabilities for it)."""
         ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg).items()]
         self.run(node, ["sysctl", "-q", "-w", *ctl], what=f"{node}: sysctl")
         run(["ip", "-n", self.netns(node), "-batch", "-"],
             input="\n".join(nodesetup.ip_batch(cfg, self.driver)) + "\n", what=f"{node}: addresses")
+        shaping = capacity.tc_batch(cfg)
+        if shaping:
+            run(["tc", "-n", self.netns(node), "-batch", "-"], input="\n".join(shaping) + "\n",
+                what=f"{node}: link capacity (tc tbf)")
         rules = nodesetup.nft_ruleset(cfg, self.driver)
         if rules:
             self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")

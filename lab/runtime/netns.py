@@ -21,7 +21,7 @@ from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, re
 from hpnlab.signals import shielded
 
 IFINDEX_BASE = 1000
-TOOLS = (("ip", "iproute2"), ("nft", "nftables"), ("sysctl", "procps"), ("ping", "iputils-ping"))
+TOOLS = (("ip", "iproute2"), ("tc", "iproute2"), ("nft", "nftables"), ("sysctl", "procps"), ("ping", "iputils-ping"))
 
 
 def link_batch(lab: str, links: list[dict]) -> list[str]:

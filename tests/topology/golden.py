@@ -6,7 +6,7 @@ topology.json, picture) shows up as a reviewable diff.
 
 Per case: the whole .clab.yml, topology.json and fabric.svg, and for one node of each kind (the first
 of every role, ToR side and plane) its frr.conf, daemons, node.json and plan.txt (sysctls, ``ip -batch``
-lines and nftables ruleset the runtimes apply; hosts with both drivers).
+lines, tc -batch lines and nftables ruleset the runtimes apply; hosts with both drivers).
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ def cases() -> list[str]:
 def plan_text(cfg: dict, nodesetup) -> str:
     drivers = ("userspace", "bond") if cfg["role"] == "host" else ("userspace",)
     out = ["# sysctls"] + [f"{k}={v}" for k, v in nodesetup.sysctls(cfg).items()]
+    try:
+        from hpnlab import capacity
+        out += ["# tc -batch (link capacity)", *(capacity.tc_batch(cfg) or ["(none)"])]
+    except ImportError:  # an older tree, compared file by file
+        pass
     for d in drivers:
         out += [f"# ip -batch (host driver {d})", *nodesetup.ip_batch(cfg, d)]
         rules = nodesetup.nft_ruleset(cfg, d)

@@ -1,0 +1,88 @@
+"""Link capacity and switch hashing as data: what each node's node.json says, and the ``tc -batch`` lines
+and sysctls that make it so. Pure functions (tests read them without root), applied by every runtime.
+
+Capacity: a token bucket (tc tbf) at the root of every link end, so each direction of a link carries at
+most its rate and queues up to ``queue_kb`` bytes before dropping; the queue's backlog is what a switch
+port's buffer is, and ``tc -s qdisc`` (or the sampler in hpnlab.node.linkstats) reads it. tbf, htb and
+pfifo are the queueing disciplines this project's CI kernel has (no fq, fq_codel or netem).
+
+Hashing: Linux picks an ECMP nexthop by hash-threshold on a keyed hash of the flow; the key is
+``net.ipv4.fib_multipath_hash_seed``, per network namespace. Every switch with the same seed makes the
+same choice at every tier for a flow (the correlation behind polarisation); distinct seeds decorrelate.
+Seeds are derived from names, never random, so a lab hashes alike on every machine and every run.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+SHARED_SEED = zlib.crc32(b"hpnlab shared switch seed")  # one ASIC model: every switch hashes alike
+HASH_POLICY = {"l3": 0, "l4": 1}
+MTU_FRAME = 1514
+
+
+def _seed_of(text: str) -> int:
+    return zlib.crc32(text.encode()) or 1  # 0 would tell the kernel to pick a random seed
+
+
+def switch_seed(seed: str | int, node: str) -> int:
+    if seed == "shared":
+        return SHARED_SEED
+    if seed == "per-switch":
+        return _seed_of(f"switch {node}")
+    return int(seed)
+
+
+def host_seed(node: str) -> int:
+    """A NIC's bond hash is not the switches' ASIC hash: every host gets its own seed."""
+    return _seed_of(f"host {node}")
+
+
+def hash_sysctls(role: str, node: str, policy: str, seed: str | int) -> dict[str, int]:
+    if role == "host":  # the sender's NIC spreads flows over its two ports by their 5-tuple
+        return {"net.ipv4.fib_multipath_hash_policy": 1, "net.ipv4.fib_multipath_hash_seed": host_seed(node)}
+    return {"net.ipv4.fib_multipath_hash_policy": HASH_POLICY[policy],
+            "net.ipv4.fib_multipath_hash_seed": switch_seed(seed, node)}
+
+
+def shape_of(link_class) -> dict | None:
+    """A spec LinkClass -> the interface's ``shape`` in node.json (integers, as tc takes them)."""
+    if link_class is None:
+        return None
+    return {"rate_kbit": max(1, round(link_class.rate_mbit * 1000)), "queue_bytes": link_class.queue_kb * 1024}
+
+
+def burst_bytes(rate_kbit: int) -> int:
+    """Bucket depth: 1 ms at the rate, never below two full frames (tbf drops a frame larger than its burst;
+    a larger burst lets short bursts past the rate)."""
+    return max(2 * MTU_FRAME, rate_kbit * 1000 // 8 // 1000)
+
+
+def tbf_args(shape: dict) -> list[str]:
+    return ["tbf", "rate", f"{shape['rate_kbit']}kbit", "burst", str(burst_bytes(shape["rate_kbit"])),
+            "limit", str(shape["queue_bytes"])]
+
+
+def tc_batch(cfg: dict) -> list[str]:
+    """One ``tc -batch`` line per shaped interface of a node (replace: idempotent, also after impair)."""
+    return [" ".join(["qdisc", "replace", "dev", i["name"], "root", "handle", "1:", *tbf_args(i["shape"])])
+            for i in cfg["interfaces"] if i.get("shape")]
+
+
+def parse_rate(text: str) -> int:
+    """'100mbit', '500kbit', '1gbit', '20' (Mbit/s) -> kbit/s. ValueError says what is accepted."""
+    t = text.strip().lower()
+    for unit, mult in (("gbit", 1_000_000), ("mbit", 1000), ("kbit", 1)):
+        if t.endswith(unit):
+            num = t[: -len(unit)]
+            break
+    else:
+        num, mult = t, 1000
+    try:
+        v = float(num)
+    except ValueError:
+        raise ValueError(f"'{text}' is not a rate; give e.g. 100mbit, 500kbit or 1gbit") from None
+    kbit = round(v * mult)
+    if not 1 <= kbit <= 100_000_000 or v != v:
+        raise ValueError(f"'{text}' is out of range; give 1kbit to 100gbit")
+    return kbit
