@@ -326,6 +326,28 @@ class Lab:
     def faults(self) -> dict[str, str]:
         return dict(faultmod.KINDS)
 
+    def impair(self, node: str, iface: str, **settings: str) -> dict:
+        """Change one link end, e.g. ``lab.impair("s0r0a", "h0p0", rate="5mbit", loss="1")``; what is in
+        force is returned. ``clear_impairments()`` (or ``down``) undoes it."""
+        from hpnlab.traffic import impair
+
+        return impair.apply(self.runtime, self.cfgs, node, iface,
+                            impair.parse([f"{k}={v}" for k, v in settings.items()]))
+
+    def clear_impairments(self, node: str | None = None, iface: str | None = None) -> list[str]:
+        from hpnlab.traffic import impair
+
+        return impair.clear(self.runtime, self.cfgs, node, iface)
+
+    def link_stats(self, node: str) -> dict[str, dict]:
+        """Per interface of a node: bytes sent, drops and queue backlog (bytes) right now."""
+        import json as _json
+
+        r = self.exec(node, "tc", "-s", "-j", "qdisc", "show", check=True)
+        have = {q["dev"]: q for q in _json.loads(r.stdout or "[]") if q.get("root")}
+        return {i["name"]: {k: have.get(i["name"], {}).get(k, 0) for k in ("bytes", "drops", "backlog")}
+                for i in self._cfg(node)["interfaces"]}
+
     def _cfg(self, node: str) -> dict:
         if node not in self.cfgs:
             raise SpecError(f"node '{node}' is not in lab '{self.name}'; nodes: {', '.join(sorted(self.cfgs))}")

@@ -17,7 +17,12 @@ from __future__ import annotations
 import zlib
 
 SHARED_SEED = zlib.crc32(b"hpnlab shared switch seed")  # one ASIC model: every switch hashes alike
-HASH_POLICY = {"l3": 0, "l4": 1}
+# Switches hash with policy 3 (custom fields), not 1. Why: with policy 1 a router takes an skb's existing
+# L4 hash as is, and a locally generated TCP packet carries its socket's random txhash across every veth
+# and namespace, so each router used the *sender's random number* instead of its own seeded hash of the
+# 5-tuple: a TCP connection's path changed from one connection to the next with the same 5-tuple (and on
+# every RTO rehash), whatever the seed. Policy 3 always dissects the packet: a real switch's 5-tuple hash.
+HASH_FIELDS = {"l3": 0x0003, "l4": 0x0037}  # src IP, dst IP (+ IP protocol, src port, dst port)
 MTU_FRAME = 1514
 
 
@@ -39,9 +44,10 @@ def host_seed(node: str) -> int:
 
 
 def hash_sysctls(role: str, node: str, policy: str, seed: str | int) -> dict[str, int]:
-    if role == "host":  # the sender's NIC spreads flows over its two ports by their 5-tuple
+    if role == "host":  # the sender's NIC spreads flows over its two ports by their 5-tuple (its own
+        # packets: the route lookup hashes the flow's keys, never an skb hash, so policy 1 is exact)
         return {"net.ipv4.fib_multipath_hash_policy": 1, "net.ipv4.fib_multipath_hash_seed": host_seed(node)}
-    return {"net.ipv4.fib_multipath_hash_policy": HASH_POLICY[policy],
+    return {"net.ipv4.fib_multipath_hash_policy": 3, "net.ipv4.fib_multipath_hash_fields": HASH_FIELDS[policy],
             "net.ipv4.fib_multipath_hash_seed": switch_seed(seed, node)}
 
 

@@ -100,6 +100,7 @@ class LabState(_Model):
     agents: dict[str, int] = {}  # node -> agent PID (namespace runtime)
     frr_pids: dict[str, int] = {}  # "<node>/<daemon>" -> PID, read from the pid files once FRR started
     faults: list[FaultRecord] = []  # applied and not yet reverted, with their undo recipes
+    impairments: dict[str, dict[str, float]] = {}  # "node:iface" -> rate/queue/loss/delay in force
     clab_topology: str | None = None
     owner_pid: int | None = Field(None, description="the hpnlab process deploying it (while it deploys)")
 

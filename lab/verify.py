@@ -36,16 +36,18 @@ def bonded(rt: Runtime, cfg: dict) -> bool:
 def check_config(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     """What the spec's 'hash' and 'links' say, read back from each node's kernel: its multipath hash
     policy and seed, and a tbf with the spec's rate and queue on every shaped interface."""
-    keys = ["net.ipv4.fib_multipath_hash_policy", "net.ipv4.fib_multipath_hash_seed"]
+    keys = ["net.ipv4.fib_multipath_hash_policy", "net.ipv4.fib_multipath_hash_seed",
+            "net.ipv4.fib_multipath_hash_fields"]
 
     def one(item) -> dict:
         n, c = item
         problems = []
-        r = rt.run(n, ["sysctl", "-n", *keys], check=False, timeout=10)
+        mine = [k for k in keys if k in c["sysctls"]]  # hosts keep the kernel's default hash fields
+        r = rt.run(n, ["sysctl", "-n", *mine], check=False, timeout=10)
         have = r.stdout.split()
-        want = [str(c["sysctls"].get(k)) for k in keys]
+        want = [str(c["sysctls"][k]) for k in mine]
         if have != want:
-            problems.append(f"hash policy/seed {' '.join(have) or '?'}, spec says {' '.join(want)}")
+            problems.append(f"hash policy/seed/fields {' '.join(have) or '?'}, spec says {' '.join(want)}")
         shaped = {i["name"]: i["shape"] for i in c["interfaces"] if i.get("shape")}
         if shaped:
             r = rt.run(n, ["tc", "-j", "qdisc", "show"], check=False, timeout=10)

@@ -108,7 +108,18 @@ def test_shipped_experiments_validate(path):
     assert exp.plans and exp.doc.repetitions >= 3
     for plan in exp.plans:
         assert plan.spec.name.startswith(exp.doc.lab_prefix)
-        assert plan.probes, f"{plan.name}: no probes"
+        # a failover experiment measures with probes; the load-balance one with its elephant workload
+        assert plan.probes or plan.workload.kind == "elephant", f"{plan.name}: nothing measures"
+
+
+def test_elephant_workload_options_are_checked(tmp_path):
+    base = (REPO / "experiments" / "load-balance.yml").read_text().replace("spec: ../examples/", f"spec: {REPO}/examples/")
+    for bad, field in (("select: hash, pool: 64", "select: one, pool: 64"), ("pool: 64", "pool: 1")):
+        p = tmp_path / "x.yml"
+        p.write_text(base.replace(bad, field, 1))
+        with pytest.raises(SpecError) as e:
+            experiment.load(p)
+        assert ("workload.select" if "select" in field else "workload.pool") in str(e.value)
 
 
 def test_variant_overrides_merge_into_the_base_spec():

@@ -37,15 +37,21 @@ class Probe(_Strict):
 
 
 class Workload(_Strict):
-    kind: Literal["none", "allreduce", "iperf3"] = "none"
+    kind: Literal["none", "allreduce", "iperf3", "elephant"] = "none"
     rail: int = Field(0, ge=0)
     hosts: list[str] | None = None  # allreduce ring order (default: every host)
-    size_kb: int = Field(1024, ge=1, le=1 << 20, description="bytes all-reduced per iteration")
+    size_kb: int = Field(1024, ge=1, le=1 << 20, description="allreduce: bytes per iteration; elephant: per flow")
     connections: int = Field(4, ge=1, le=64)
-    select: Literal["one", "least-loaded"] = "least-loaded"
+    # allreduce: one | least-loaded; elephant: hash (the hash places each flow) | disjoint (HPN's selection)
+    select: Literal["one", "least-loaded", "hash", "disjoint"] = "least-loaded"
     src: str | None = None  # iperf3 client
     dst: str | None = None  # iperf3 server
     streams: int = Field(4, ge=1, le=64)
+    # elephant: every host sends flows_per_peer flows to every host of the other segments
+    flows_per_peer: int = Field(2, ge=1, le=64)
+    pool: int = Field(64, ge=2, le=1024, description="source ports probed per host pair for the path map")
+    sets: int = Field(100, ge=1, le=100000, description="random flow sets laid onto the map")
+    sample_ms: int = Field(100, ge=10, le=10000, description="port counter / queue sampling interval")
 
 
 class Variant(_Strict):
@@ -77,6 +83,7 @@ class Plan:
                  probes: list[Probe], workload: Workload, faults: list[faultmod.Fault]):
         self.name, self.description, self.spec, self.overrides = name, description, spec, overrides
         self.cfgs, self.probes, self.workload, self.faults = cfgs, probes, workload, faults
+        self.flows: list[dict] = []  # elephant workload: this repetition's flows (from the path map)
 
     def host_ip(self, host: str, rail: int) -> str:
         return next(n["ip"] for n in self.cfgs[host]["nics"] if n["rail"] == rail)
@@ -183,6 +190,18 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
                 raise SpecError(f"{where} probes.{j}: src and dst are the same host")
         if workload.kind == "allreduce":
             _check_hosts(f"{where} workload.hosts", list(workload.hosts or []), cfgs, workload.rail)
+        if workload.kind == "elephant":
+            if workload.select not in ("hash", "disjoint"):
+                raise SpecError(f"{where} workload.select: elephant flows are placed by 'hash' or 'disjoint' "
+                                f"(got '{workload.select}')")
+            if workload.pool < workload.flows_per_peer:
+                raise SpecError(f"{where} workload.pool: probe at least flows_per_peer ({workload.flows_per_peer}) "
+                                f"source ports per pair")
+            if spec.segments < 2:
+                raise SpecError(f"{where} spec.segments: elephant flows cross segments; give segments >= 2")
+        elif workload.kind == "allreduce" and workload.select not in ("one", "least-loaded"):
+            raise SpecError(f"{where} workload.select: all-reduce sends on 'one' or 'least-loaded' connections "
+                            f"(got '{workload.select}')")
         if workload.kind == "iperf3":
             if not workload.src or not workload.dst:
                 raise SpecError(f"{where} workload: iperf3 needs src and dst hosts")

@@ -25,6 +25,10 @@ def workload_of(plan: Plan, run_dir: Path) -> dict | None:
                 "bytes_per_iteration": r0["bytes_per_iteration"], "iterations": r0["iterations"],
                 "resent_segments": sum(r["resent_segments"] for r in reps),
                 "duplicate_segments": sum(r["duplicate_segments"] for r in reps)}
+    if w.kind == "elephant":
+        from hpnlab.traffic import bulk
+
+        return bulk.result(plan, run_dir)
     if w.kind == "iperf3":
         try:
             j = json.loads((run_dir / "iperf3.json").read_text())

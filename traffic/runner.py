@@ -91,6 +91,10 @@ def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[d
                                    "--size", str(w.size_kb * 1024), "--conns", str(w.connections),
                                    "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
                                    "--out", out]})
+    elif w.kind == "elephant":
+        from hpnlab.traffic import bulk
+
+        procs += bulk.launch(plan, run_dir, t0, duration, plan.flows)
     elif w.kind == "iperf3":
         src, dst = plan.host_ip(w.src, w.rail), plan.host_ip(w.dst, w.rail)
         procs.append({"role": "iperf3-server", "node": w.dst, "out": str(run_dir / "iperf3-server.json"),
@@ -164,7 +168,7 @@ class Repetition:
                     rec["reverted"] = time.time()
                     self.injector.revert(f)
                     active.remove((f, rec))
-            if now >= end:
+            if now >= end or (not pending and not active and self._workload_done()):
                 break
             note = ", ".join(f.label for f, _ in active) or "no fault active"
             self.bar.bar(self.label, max(0.0, now - t0), self.duration, note)
@@ -186,6 +190,18 @@ class Repetition:
                                      f"see {self.dir / 'processes.log'}")
         time.sleep(0.3)  # let the route monitors print the repair
         return {"t0": t0, "duration": self.duration, "timeline": self.timeline, "procs": plan}
+
+    def _workload_done(self) -> bool:
+        """Elephant runs end when every sender has finished (its flows delivered), not at the duration:
+        the receivers and samplers are then told to stop and write their reports."""
+        tx = [p for spec, p in self.procs if spec["role"] == "elephant-tx"]
+        if not tx or any(p.poll() is None for p in tx):
+            return False
+        time.sleep(0.3)  # the samplers see the ports go idle
+        for spec, p in self.procs:
+            if spec["role"] in ("elephant-rx", "linkstats") and p.poll() is None:
+                p.terminate()
+        return True
 
     def _check_procs(self) -> None:
         for spec, p in self.procs:
@@ -294,6 +310,7 @@ def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: fl
     doc = exp.doc
     for vi, plan in enumerate(exp.plans):
         v: dict = {"description": plan.description, "lab": plan.spec.name, "spec_overrides": plan.overrides,
+                   "select": plan.workload.select, "hash": plan.spec.hash.model_dump(),
                    "access": plan.spec.access, "tier2": plan.spec.tier2,
                    "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
                    "faults_planned": [f.to_dict() for f in plan.faults], "runs": []}
@@ -304,6 +321,8 @@ def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: fl
             if not complete(checks):
                 bad = next(c for c in checks if not c["ok"])
                 raise RuntimeFailure(f"lab not healthy: {bad['name']}: {bad['detail']}")
+            if plan.workload.kind == "elephant":
+                v["balance"] = path_balance(rt, cfgs, plan, out / "raw" / plan.name, bar)
             for k in range(doc.repetitions):
                 label = f"{plan.name} {k + 1}/{doc.repetitions}"
                 if k:
@@ -312,6 +331,8 @@ def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: fl
                         bad = next(c for c in checks if not c["ok"])
                         raise RuntimeFailure(f"lab did not recover before repetition {k + 1}: {bad['detail']}")
                 run_dir = out / "raw" / plan.name / f"rep{k + 1}"
+                if plan.workload.kind == "elephant":
+                    choose_flows(plan, out / "raw" / plan.name, run_dir, k)
                 bar.phase(f"{label}: running {doc.duration:g} s, faults: "
                           f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
                 rep = Repetition(rt, plan, run_dir, doc.duration, bar, label).run()
@@ -326,6 +347,54 @@ def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: fl
                 bar.phase(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
                 rt.destroy(bar)
         v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+        if plan.workload.kind == "elephant":
+            from hpnlab.traffic import bulk
+
+            v["bulk"] = bulk.aggregate(v["runs"])
+
+
+def path_balance(rt, cfgs: dict, plan: Plan, raw: Path, bar: Bar) -> dict:
+    """Probe the variant's path map once (the lab does not change between repetitions) and lay
+    ``sets`` random flow sets onto it, with each way of choosing source ports."""
+    from hpnlab.traffic import balance, bulk
+
+    w = plan.workload
+    bar.phase(f"{plan.name}: probing the path map ({w.pool} source ports per host pair, TCP dport {bulk.PORT})")
+    t = time.monotonic()
+    rows = balance.probe_map(rt, cfgs, w.rail, w.pool, bulk.PORT, "tcp")
+    raw.mkdir(parents=True, exist_ok=True)
+    (raw / "pathmap.json").write_text(json.dumps(rows))
+    res = {"probe_s": round(time.monotonic() - t, 2), **analyse_map(rows, plan)}
+    bar.phase(f"{plan.name}: {len(balance.complete(rows))}/{len(rows)} probes answered; downlink ratio "
+              f"(median/p90) hash {_fmt(res['hash']['downlink_ratio'])}, disjoint {_fmt(res['disjoint']['downlink_ratio'])}")
+    return res
+
+
+def analyse_map(rows: list[dict], plan: Plan) -> dict:
+    from hpnlab.traffic import balance
+
+    w = plan.workload
+    res = {"distinct_paths": balance.distinct_paths(rows)}
+    for sel in ("hash", "disjoint"):
+        res[sel] = balance.analyse(rows, plan.cfgs, w.sets, w.flows_per_peer, sel, rail=w.rail)
+    return res
+
+
+def _fmt(st: dict) -> str:
+    return "/".join("inf" if st[k] is None else f"{st[k]:g}" for k in ("median", "p90"))
+
+
+def choose_flows(plan: Plan, raw: Path, run_dir: Path, k: int) -> None:
+    """Repetition k's flow set (seeded by k, so a re-run picks the same flows), kept beside its reports."""
+    import random
+
+    from hpnlab.traffic import balance
+
+    rows = json.loads((raw / "pathmap.json").read_text())
+    w = plan.workload
+    plan.flows = balance.choose(balance.index(rows), plan.cfgs, w.flows_per_peer, w.select, random.Random(1000 + k))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "flows.json").write_text(json.dumps(plan.flows))
 
 
 def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
@@ -335,8 +404,12 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1))
     tmp.replace(out / "results.json")
-    png = report.plot(results, out / "plot.png")
-    table = report.summary_table(results)
+    if any(v.get("balance") for v in results["variants"].values()):  # the load-balance figures
+        from hpnlab.traffic import bulk
+
+        png, table = bulk.plot(results, out / "plot.png"), bulk.summary_table(results)
+    else:
+        png, table = report.plot(results, out / "plot.png"), report.summary_table(results)
     (out / "summary.txt").write_text(table + "\n")
     return png, table
 
@@ -358,6 +431,13 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
             runs.append(_trim(collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir), k))
         v["runs"] = runs
         v["faults"] = report.aggregate(runs) if runs else []
+        if plan.workload.kind == "elephant":
+            from hpnlab.traffic import bulk
+
+            rows = json.loads((out / "raw" / plan.name / "pathmap.json").read_text())
+            v["balance"] = {"probe_s": v.get("balance", {}).get("probe_s"), **analyse_map(rows, plan)}
+            v["bulk"] = bulk.aggregate(runs)
+            v["select"] = plan.workload.select
     old["probe_rate"] = report.probe_rates([r for v in old["variants"].values() for r in v["runs"]])
     old["reanalysed"] = time.time()
     return old

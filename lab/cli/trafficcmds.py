@@ -12,7 +12,7 @@ from hpnlab import runtime as runtimes
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import need_root, open_lab, resolve_lab
 from hpnlab.signals import shielded
-from hpnlab.traffic import experiment, faults, nodetools, runner
+from hpnlab.traffic import experiment, faults, impair, nodetools, runner
 
 
 def _lab(args):
@@ -114,6 +114,30 @@ def capture_cmd(args) -> int:
     return 0
 
 
+# --- impair ------------------------------------------------------------------------------------------------
+def impair_cmd(args) -> int:
+    if args.clear:
+        if args.settings:
+            raise SpecError("impair --clear takes no KEY=VALUE settings")
+        rt, cfgs = _lab(args)
+        done = impair.clear(rt, cfgs, args.node, args.iface)
+        print(f"cleared {len(done)} impairment(s)" + (f": {', '.join(done)}" if done else "") +
+              "; the spec's capacity is back")
+        return 0
+    if not args.node or not args.iface:
+        raise SpecError("impair: give NODE IFACE and settings, e.g. hpnlab impair s0r0a h0p0 rate=5mbit loss=1")
+    settings = impair.parse(args.settings)  # bad input fails before the lab is touched
+    rt, cfgs = _lab(args)
+    now = impair.apply(rt, cfgs, args.node, args.iface, settings)
+    if args.json:
+        json.dump({"link": f"{args.node}:{args.iface}", "impairment": now}, sys.stdout)
+        print()
+    else:
+        print(f"{args.node}:{args.iface} now " + ", ".join(f"{k}={v:g}" for k, v in now.items()) +
+              f" (hpnlab impair --clear {args.node} {args.iface} undoes it)")
+    return 0
+
+
 # --- probe (scapy) -----------------------------------------------------------------------------------------
 def probe_cmd(args) -> int:
     rt, cfgs = _lab(args)
@@ -190,6 +214,18 @@ def add_parsers(sub) -> None:
     c.add_argument("--filter", help="tcpdump filter expression, e.g. 'ether proto 0x8809'")
     c.add_argument("--lab", help="lab name (default: the only running lab)")
     c.set_defaults(func=capture_cmd)
+
+    im = sub.add_parser("impair", help="change one link end at runtime: rate, queue, loss, delay (--clear undoes)",
+                        description="Change one link end of a running lab. Settings: " +
+                        "; ".join(f"{k}=... {v}" for k, v in impair.KEYS.items()) +
+                        ". The change stays until --clear (all, or one NODE [IFACE]) or 'hpnlab down'.")
+    im.add_argument("node", nargs="?")
+    im.add_argument("iface", nargs="?")
+    im.add_argument("settings", nargs="*", metavar="KEY=VALUE")
+    im.add_argument("--clear", action="store_true", help="undo impairments (all, or of NODE [IFACE])")
+    im.add_argument("--json", action="store_true")
+    im.add_argument("--lab", help="lab name (default: the only running lab)")
+    im.set_defaults(func=impair_cmd, command="impair")
 
     p = sub.add_parser("probe", help="crafted packets with scapy: ECMP paths (TTL probes), ARP, LACP")
     psub = p.add_subparsers(dest="mode", required=True, metavar="MODE")

@@ -1,0 +1,255 @@
+"""Elephant flows: few long TCP flows per NIC, each as fast as the links let it (LLM training's
+cross-segment traffic), and the time the whole batch takes to arrive.
+
+- ``serve``: accept connections on one port, count each one's bytes until the sender closes, then close.
+- ``send``: per peer, a budget of bytes and its connections (source ports given, so each takes the path
+  the probed map says). ``hash``: every connection carries an equal share, as an application whose
+  connections the hash placed. ``disjoint``: the peer's bytes go in chunks to whichever of its connections
+  has the fewest unacknowledged bytes (SIOCOUTQ), HPN's least-loaded sending over disjoint paths.
+  A flow is done when the receiver has closed after reading everything (so the time counts delivery).
+
+Run inside a host namespace: ``python -m hpnlab.node.elephant send|serve ...``; one JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+
+SIOCOUTQ = 0x5411
+CHUNK = 64 * 1024
+HIGH_WATER = 2 * CHUNK  # keep at most this much unacknowledged per connection (least-loaded needs a choice)
+
+
+def outq(sock: socket.socket) -> int:
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.flag = False
+        signal.signal(signal.SIGTERM, self._set)
+        signal.signal(signal.SIGINT, self._set)
+
+    def _set(self, *_a) -> None:
+        self.flag = True
+
+
+def wait_until(t: float) -> None:
+    while (d := t - time.time()) > 0:
+        time.sleep(min(d, 0.2))
+
+
+def serve(bind: str, port: int, duration: float, start_at: float = 0.0) -> dict:
+    stop = _Stop()
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((bind, port))
+    ls.listen(256)
+    ls.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(ls, selectors.EVENT_READ, None)
+    conns: dict[int, dict] = {}
+    end = (start_at or time.time()) + duration
+    buf = bytearray(1 << 16)
+    while not stop.flag and time.time() < end:
+        for key, _ev in sel.select(timeout=0.2):
+            if key.data is None:
+                try:
+                    c, (addr, sport) = ls.accept()
+                except BlockingIOError:
+                    continue
+                c.setblocking(False)
+                rec = {"src": addr, "sport": sport, "bytes": 0, "first": None, "last": None, "closed": None}
+                conns[c.fileno()] = rec
+                sel.register(c, selectors.EVENT_READ, rec)
+                continue
+            rec, c = key.data, key.fileobj
+            try:
+                n = c.recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                n = 0
+            now = time.time()
+            if n:
+                rec["bytes"] += n
+                rec["first"] = rec["first"] or now
+                rec["last"] = now
+            else:
+                rec["closed"] = now
+                sel.unregister(c)
+                c.close()
+    ls.close()
+    return {"kind": "elephant-receiver", "bind": bind, "port": port, "flows": list(conns.values()),
+            "interrupted": stop.flag}
+
+
+class Flow:
+    __slots__ = ("sock", "dst", "sport", "budget", "sent", "done_at", "eof", "error", "peer")
+
+    def __init__(self, dst: str, sport: int, peer: "Peer"):
+        self.dst, self.sport, self.peer = dst, sport, peer
+        self.sock: socket.socket | None = None
+        self.budget = 0  # hash: this connection's own share; disjoint: unused (the peer's budget counts)
+        self.sent = 0
+        self.done_at: float | None = None
+        self.eof = False  # our side shut down
+        self.error: str | None = None
+
+
+class Peer:
+    def __init__(self, dst: str, budget: int):
+        self.dst, self.budget, self.flows = dst, budget, []
+
+
+def send(src: str, port: int, flows: list[tuple[str, int]], size: int, select: str, duration: float,
+         start_at: float = 0.0) -> dict:
+    """``flows``: (dst, sport) pairs; ``size`` bytes per flow (a peer's budget is size x its flows)."""
+    stop = _Stop()
+    peers: dict[str, Peer] = {}
+    for dst, sport in flows:
+        p = peers.setdefault(dst, Peer(dst, 0))
+        p.budget += size
+        f = Flow(dst, sport, p)
+        f.budget = size
+        p.flows.append(f)
+    wait_until(start_at)
+    t0 = time.time()
+    every = [f for p in peers.values() for f in p.flows]
+    for f in every:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((src, f.sport))  # the source port decides the path: bound before connect
+        s.setblocking(False)
+        s.connect_ex((f.dst, port))
+        f.sock = s
+    payload = memoryview(b"\0" * CHUNK)
+    end = t0 + duration
+    pending = list(every)
+    sel = selectors.DefaultSelector()
+    for f in every:
+        sel.register(f.sock, selectors.EVENT_READ, f)  # EOF from the receiver = delivered
+    while pending and not stop.flag and time.time() < end:
+        for p in peers.values():
+            live = [f for f in p.flows if not f.eof and f.error is None]
+            if select == "disjoint":
+                while p.budget > 0 and live:
+                    f = min(live, key=lambda x: outq(x.sock))
+                    if outq(f.sock) >= HIGH_WATER or not _push(f, payload[:min(CHUNK, p.budget)]):
+                        break
+                    p.budget -= min(CHUNK, p.budget)
+                if p.budget <= 0:
+                    for f in live:
+                        _close(f)
+            else:
+                for f in live:
+                    while f.budget > 0 and outq(f.sock) < HIGH_WATER:
+                        n = min(CHUNK, f.budget)
+                        if not _push(f, payload[:n]):
+                            break
+                        f.budget -= n
+                    if f.budget <= 0:
+                        _close(f)
+        for key, _ev in sel.select(timeout=0.005):
+            f = key.data
+            try:
+                data = f.sock.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError as e:
+                f.error = e.strerror or str(e)
+                data = b""
+            if not data:  # the receiver closed: after our EOF that means delivered
+                if not f.eof and f.error is None:
+                    f.error = "closed by the receiver before all was sent"
+                f.done_at = time.time()
+                sel.unregister(f.sock)
+                pending.remove(f)
+    done = [f.done_at for f in every if f.done_at]
+    report = {"kind": "elephant-sender", "src": src, "port": port, "select": select, "size": size, "start": t0,
+              "flows": [{"dst": f.dst, "sport": f.sport, "sent": f.sent, "done": f.done_at, "error": f.error}
+                        for f in every],
+              "complete": not pending, "completion_s": round(max(done) - t0, 4) if not pending and done else None,
+              "interrupted": stop.flag}
+    for f in every:
+        f.sock.close()
+    return report
+
+
+def _push(f: Flow, data: memoryview) -> bool:
+    """Queue ``data`` whole on the connection (blocking briefly if the socket buffer is full)."""
+    off = 0
+    while off < len(data):
+        try:
+            off += f.sock.send(data[off:])
+        except BlockingIOError:
+            if off == 0:
+                return False
+            time.sleep(0.001)
+        except OSError as e:
+            if e.errno in (errno.ENOTCONN,):  # still connecting
+                time.sleep(0.001)
+                continue
+            f.error = e.strerror or str(e)
+            return False
+    f.sent += len(data)
+    return True
+
+
+def _close(f: Flow) -> None:
+    if not f.eof:
+        try:
+            f.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        f.eof = True
+
+
+def _write(report: dict, out: str) -> None:
+    tmp = out + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(report, fh)
+    os.replace(tmp, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hpnlab.node.elephant", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("send")
+    s.add_argument("--src", required=True)
+    s.add_argument("--flows", required=True, help="comma-separated DST:SPORT")
+    s.add_argument("--size", type=int, required=True, help="bytes per flow")
+    s.add_argument("--select", choices=("hash", "disjoint"), default="hash")
+    r = sub.add_parser("serve")
+    r.add_argument("--bind", required=True)
+    for x in (s, r):
+        x.add_argument("--port", type=int, default=5300)
+        x.add_argument("--duration", type=float, required=True)
+        x.add_argument("--start-at", type=float, default=0.0)
+        x.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    if a.mode == "send":
+        flows = [(d, int(sp)) for d, sp in (x.rsplit(":", 1) for x in a.flows.split(","))]
+        rep = send(a.src, a.port, flows, a.size, a.select, a.duration, a.start_at)
+    else:
+        rep = serve(a.bind, a.port, a.duration, a.start_at)
+    _write(rep, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""Bulk elephant runs on a lab with link capacity: the processes of one repetition, and what they show.
+
+Per repetition one set of elephant flows is chosen from the probed path map (traffic.balance.choose),
+every host serves and sends (hpnlab.node.elephant), and every router samples its ports' byte counters
+and queue backlog (hpnlab.node.linkstats). The figures: the workload's completion time, the measured
+byte ratio on the two ToR ports that face each NIC (Fig. 13) beside the ratio the map predicted for the
+same flows, the queue on those ports (Fig. 14), and the utilisation spread of every ToR's uplinks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from hpnlab.traffic import balance
+
+PORT = 5300
+
+
+def launch(plan, run_dir: Path, t0: float, duration: float, flows: list[dict]) -> list[dict]:
+    """Process specs (as traffic.runner.launch_plan makes them) for one elephant repetition (pure)."""
+    py = sys.executable
+    w = plan.workload
+    cfgs = plan.cfgs
+    out = []
+    ip = {h: plan.host_ip(h, w.rail) for h in balance.hosts_of(cfgs)}
+    for h in balance.hosts_of(cfgs):
+        f = str(run_dir / f"elephant-rx-{h}.json")
+        out.append({"role": "elephant-rx", "node": h, "out": f,
+                    "argv": [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
+                             "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}", "--out", f]})
+    for h in balance.hosts_of(cfgs):
+        mine = [r for r in flows if r["src"] == h]
+        if not mine:
+            continue
+        f = str(run_dir / f"elephant-tx-{h}.json")
+        out.append({"role": "elephant-tx", "node": h, "out": f,
+                    "argv": [py, "-m", "hpnlab.node.elephant", "send", "--src", ip[h], "--port", str(PORT),
+                             "--flows", ",".join(f"{ip[r['dst']]}:{r['sport']}" for r in mine),
+                             "--size", str(w.size_kb * 1024), "--select", w.select,
+                             "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}", "--out", f]})
+    for n, c in sorted(cfgs.items()):
+        if c["role"] == "host":
+            continue
+        f = str(run_dir / f"linkstats-{n}.json")
+        out.append({"role": "linkstats", "node": n, "out": f,
+                    "argv": [py, "-m", "hpnlab.node.linkstats", "--ifaces", ",".join(i["name"] for i in c["interfaces"]),
+                             "--interval", f"{w.sample_ms / 1000:g}", "--duration", f"{duration + 0.5:g}",
+                             "--start-at", f"{t0:.3f}", "--out", f]})
+    return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    lo, hi = min(a, b), max(a, b)
+    if hi <= 0:
+        return None
+    return round(hi / lo, 3) if lo > 0 else math.inf
+
+
+def result(plan, run_dir: Path) -> dict:
+    """One repetition's figures from its reports."""
+    cfgs = plan.cfgs
+    flows = json.loads((run_dir / "flows.json").read_text())
+    senders = [json.loads(p.read_text()) for p in sorted(run_dir.glob("elephant-tx-*.json"))]
+    stats = {p.stem.removeprefix("linkstats-"): json.loads(p.read_text()) for p in run_dir.glob("linkstats-*.json")}
+    t0 = min((s["start"] for s in senders), default=0.0)
+    done = [s["completion_s"] for s in senders]
+    complete = all(s["complete"] for s in senders) and bool(senders)
+    # the two ToR ports facing each NIC: bytes over the run, and the queue on them
+    grp = balance.groups(cfgs, plan.workload.rail)
+    predicted = balance.loads(flows)
+    nics, queues = {}, {}
+    for (tier, owner), lks in grp.items():
+        if tier != "tor-down":
+            continue
+        got, pred, peak = [], [], []
+        for _t, tor, host in lks:
+            ifc = next(i["name"] for i in cfgs[tor]["interfaces"] if i["peer"] == host)
+            s = stats.get(tor, {}).get("ifaces", {}).get(ifc)
+            got.append(s["bytes"][-1] - s["bytes"][0] if s and s["bytes"] else 0)
+            peak.append(max(s["backlog"]) if s and s["backlog"] else 0)
+            pred.append(predicted.get(("tor-down", tor, host), 0))
+        nics[owner] = {"bytes": got, "flows_predicted": pred, "ratio": _ratio(*got),
+                       "ratio_predicted": _ratio(*pred), "peak_backlog": peak}
+        queues[owner] = max(peak)
+    uplinks = {}
+    for (tier, owner), lks in grp.items():
+        if tier != "tor-up":
+            continue
+        got = []
+        for _t, tor, agg in lks:
+            s = stats.get(tor, {}).get("ifaces", {}).get(agg)
+            got.append(s["bytes"][-1] - s["bytes"][0] if s and s["bytes"] else 0)
+        uplinks[owner] = {"bytes": got, "ratio": _ratio(max(got), min(got)) if got else None,
+                          "idle": sum(1 for b in got if b < 10_000)}  # a few BGP/BFD packets are not load
+    ratios = [v["ratio"] for v in nics.values() if v["ratio"] is not None]
+    finite = [r for r in ratios if not math.isinf(r)]
+    # the NIC whose two ports differ most (Fig. 13's picture), its busiest queue breaking ties
+    hot = max(nics, key=lambda k: (nics[k]["ratio"] or 0, max(nics[k]["peak_backlog"]))) if nics else None
+    return {"kind": "elephant", "select": plan.workload.select, "flows": len(flows), "complete": complete,
+            "completion_s": max(done) if complete else None, "t0": t0,
+            "downlink_ratio_max": (math.inf if len(finite) < len(ratios) else max(finite)) if ratios else None,
+            "downlink_ratio_median": sorted(ratios)[len(ratios) // 2] if ratios else None,
+            "peak_backlog_max": max(queues.values(), default=0),
+            "peak_backlog_median": sorted(queues.values())[len(queues) // 2] if queues else 0,
+            "hot_nic": hot, "nics": nics, "uplinks": uplinks,
+            "predicted_matches": sum(1 for v in nics.values() if v["ratio_predicted"] is not None
+                                     and v["ratio"] is not None and _same_side(v)),
+            "port_series": _series(stats, cfgs, hot, t0) if hot else {}}
+
+
+def _same_side(v: dict) -> bool:
+    """Did the port the map said carries more flows carry more bytes (or both even)?"""
+    (b0, b1), (p0, p1) = v["bytes"], v["flows_predicted"]
+    if p0 == p1:
+        return True
+    return (b0 > b1) == (p0 > p1)
+
+
+def _series(stats: dict, cfgs: dict, nic_owner: str, t0: float) -> dict:
+    """The hot NIC's two ToR ports over time: Mbit/s and backlog (KB), for the Fig. 13/14 style plot."""
+    out = {}
+    nic = next(n for n in cfgs[nic_owner]["nics"])
+    for tor in nic["tors"]:
+        ifc = next(i["name"] for i in cfgs[tor]["interfaces"] if i["peer"] == nic_owner)
+        s = stats.get(tor, {})
+        ts, by, bl = s.get("t", []), s.get("ifaces", {}).get(ifc, {}).get("bytes", []), \
+            s.get("ifaces", {}).get(ifc, {}).get("backlog", [])
+        rows = []
+        for k in range(1, len(ts)):
+            dt = ts[k] - ts[k - 1]
+            if dt > 0:
+                rows.append((round(ts[k] - t0, 3), round((by[k] - by[k - 1]) * 8 / dt / 1e6, 3), round(bl[k] / 1024, 1)))
+        out[f"{tor}:{ifc}"] = rows
+    return out
+
+
+def summarise(values: list) -> dict:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"median": None, "p90": None, "max": None}
+    s = sorted(vals)
+
+    def fin(x):
+        return None if isinstance(x, float) and math.isinf(x) else x
+
+    return {"median": fin(s[len(s) // 2]), "p90": fin(s[min(len(s) - 1, math.ceil(0.9 * len(s)) - 1)]),
+            "max": fin(s[-1])}
+
+
+def aggregate(runs: list[dict]) -> dict:
+    """Across repetitions: completion time, measured downlink ratio and queues, map agreement."""
+    w = [r["workload"] for r in runs if r.get("workload", {}).get("kind") == "elephant"]
+    return {"repetitions": len(w), "completion_s": summarise([x["completion_s"] for x in w]),
+            "downlink_ratio": summarise([v["ratio"] for x in w for v in x["nics"].values()]),
+            "peak_backlog_kb": summarise([round(q / 1024, 1) for x in w for v in x["nics"].values()
+                                          for q in [max(v["peak_backlog"])]]),
+            "uplink_ratio": summarise([v["ratio"] for x in w for v in x["uplinks"].values()]),
+            "idle_uplinks": sum(v["idle"] for x in w for v in x["uplinks"].values()),
+            "map_agrees": f"{sum(x['predicted_matches'] for x in w)}/{sum(len(x['nics']) for x in w)}",
+            "incomplete": sum(1 for x in w if not x["complete"])}
+
+
+# --- output: table and picture -------------------------------------------------------------------------------
+PAPER = [
+    ("the two ToR ports facing one NIC, Clos tier 2", "3x load difference (Fig. 13a); queues 267 KB vs 3 KB (Fig. 14)"),
+    ("the same ports, dual-plane", "even load (Fig. 13b); queue length -91.8 %, average 20 KB"),
+    ("cross-segment performance, dual-plane vs Clos", "up to +71.6 %"),
+    ("disjoint path selection (App. B)", "collective communication up to +34.7 %"),
+]
+
+
+def _s(st: dict | None, key: str = "median") -> str:
+    if not st or st.get("n") == 0:
+        return "-"
+    v = st.get(key)
+    return "inf" if v is None else f"{v:g}"
+
+
+def summary_table(results: dict) -> str:
+    rows = [("variant", "downlink ratio med/p90/max", "idle links med/max", "tor-up ratio med/p90",
+             "agg-down ratio med/p90", "bulk: completion s", "downlink ratio", "peak queue KB", "map agrees")]
+    for name, v in results["variants"].items():
+        b = v.get("balance")
+        if not b:
+            continue
+        m = b[v["select"]] if "select" in v else b["hash"]
+        k = v.get("bulk", {})
+        d = m["downlink_ratio"]
+        rows.append((name, f"{_s(d)}/{_s(d, 'p90')}/{_s(d, 'max')}",
+                     f"{_s(m['idle_link_fraction'])}/{_s(m['idle_link_fraction'], 'max')}",
+                     f"{_s(m['tiers']['tor-up']['ratio'])}/{_s(m['tiers']['tor-up']['ratio'], 'p90')}",
+                     f"{_s(m['tiers']['agg-down']['ratio'])}/{_s(m['tiers']['agg-down']['ratio'], 'p90')}",
+                     _mm(k.get("completion_s")), _mm(k.get("downlink_ratio")), _mm(k.get("peak_backlog_kb")),
+                     k.get("map_agrees", "-")))
+    w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    out = [f"experiment {results['experiment']}: path-map figures over {_sets(results)} random flow sets "
+           f"(ratios max/min; 'inf' = an idle link beside a busy one); bulk figures median/max over "
+           f"{results['repetitions']} run(s)"]
+    out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    out += ["", "the paper (production, 200/400 Gbit/s):"] + [f"  {a}: {b}" for a, b in PAPER]
+    return "\n".join(out)
+
+
+def _sets(results: dict) -> str:
+    n = {v["balance"]["hash"]["sets"] for v in results["variants"].values() if v.get("balance")}
+    return ",".join(map(str, sorted(n))) or "0"
+
+
+def _mm(st: dict | None) -> str:
+    if not st or st.get("median") is None:
+        return "-"
+    mx = "inf" if st.get("max") is None else f"{st['max']:g}"
+    return f"{st['median']:g}/{mx}"
+
+
+def plot(results: dict, path: Path) -> Path | None:
+    """Per variant: the hot NIC's two ToR ports over time (Mbit/s, like Fig. 13, and queue KB, like
+    Fig. 14) from the first bulk run, and the downlink-ratio distribution from the path map."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    vs = [(n, v) for n, v in results["variants"].items() if v.get("balance") and v.get("runs")]
+    if not vs:
+        return None
+    fig, axes = plt.subplots(3, len(vs), figsize=(4.2 * len(vs), 8.5), squeeze=False)
+    for j, (name, v) in enumerate(vs):
+        w = v["runs"][0]["workload"]
+        for port, rows in (w.get("port_series") or {}).items():
+            if rows:
+                t, mbit, q = zip(*rows)
+                axes[0][j].plot(t, mbit, label=port, lw=1)
+                axes[1][j].plot(t, q, label=port, lw=1)
+        axes[0][j].set_title(f"{name}\nhot NIC {w.get('hot_nic')}: ToR port egress", fontsize=8)
+        axes[0][j].set_ylabel("Mbit/s")
+        axes[1][j].set_title("queue (tbf backlog)", fontsize=8)
+        axes[1][j].set_ylabel("KB")
+        axes[1][j].set_xlabel("s")
+        for a in (axes[0][j], axes[1][j]):
+            if a.lines:
+                a.legend(fontsize=6, loc="upper right")
+            a.tick_params(labelsize=7)
+        ax = axes[2][j]
+        for sel, colour in (("hash", "tab:red"), ("disjoint", "tab:green")):
+            st = v["balance"][sel]["downlink_ratio"]
+            vals = [st.get(k) for k in ("median", "p90", "max")]
+            ax.bar([f"{sel}\nmed", f"{sel}\np90", f"{sel}\nmax"], [x if x is not None else 0 for x in vals],
+                   color=colour, alpha=0.7)
+            for k, x in enumerate(vals):
+                ax.text(k + (0 if sel == "hash" else 3), (x or 0) + 0.05, "inf" if x is None else f"{x:g}",
+                        ha="center", fontsize=6)
+        ax.set_title("downlink ratio over flow sets (path map)", fontsize=8)
+        ax.tick_params(labelsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
