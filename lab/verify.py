@@ -60,7 +60,8 @@ def check_config(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
                 opts = q.get("options", {})
                 # tc -j prints the rate in bytes/s and the queue as latency (us): limit = rate x lat + burst
                 rate = opts.get("rate", 0)
-                limit = rate * opts.get("lat", 0) / 1e6 + opts.get("burst", 0)
+                # (at high rates tc prints the limit itself)
+                limit = opts["limit"] if "limit" in opts else rate * opts.get("lat", 0) / 1e6 + opts.get("burst", 0)
                 if q.get("kind") != "tbf" or round(rate * 8 / 1000) != sh["rate_kbit"] \
                         or abs(limit - sh["queue_bytes"]) > 0.02 * sh["queue_bytes"] + 64:
                     problems.append(f"{ifc}: {q.get('kind', 'no')} qdisc, spec says tbf {sh['rate_kbit']} kbit/s "

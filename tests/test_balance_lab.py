@@ -65,7 +65,8 @@ def test_path_map_reaches_the_far_tor_and_dual_plane_keeps_each_flow_in_its_plan
 
     rows = balance.complete(pathmap)
     assert len(rows) >= 0.95 * len(pathmap)  # every hop of (almost) every probe answered
-    plane = {n: c.get("plane") for n, c in lab.cfgs.items()}
+    # ToRs carry their plane in node.json; an agg's is in its name (agg<plane>-<i>)
+    plane = {n: c.get("plane", int(n[3]) if n.startswith("agg") else None) for n, c in lab.cfgs.items()}
     for r in rows:
         assert plane[r["tor"]] == plane[r["agg"]] == plane[r["dst_tor"]], r  # port 0 stays in plane 0
         assert r["dst_tor"] in lab.cfgs[r["dst"]]["nics"][0]["tors"]
@@ -133,11 +134,12 @@ def test_impair_changes_one_link_and_clear_restores_the_spec(lab):
     from hpnlab.orchestrate import open_lab
 
     assert "s0r0a:h0p0" in open_lab(LAB)[0].state.data.impairments  # recorded for --clear / a crash
-    r = hpnlab("impair", "s0r0a", "h0p0", "delay=10ms", "--lab", LAB)
-    netem = subprocess.run(["modinfo", "sch_netem"], capture_output=True).returncode == 0
-    if not netem:  # this kernel: a one-line error, and the impairment in force stays as it was
+    r = hpnlab("impair", "s0r0a", "h0p0", "delay=10ms", "--lab", LAB, check=False)
+    qd = json.loads(lab.exec("s0r0a", "tc", "-j", "qdisc", "show", "dev", "h0p0", check=True).stdout)
+    if r.returncode == 0:  # a kernel with netem (GitHub's runners): under the tbf
+        assert any(q["kind"] == "netem" for q in qd)
+    else:  # this project's CI kernel: one line saying why, and the impairment in force stays as it was
         assert r.returncode == 1 and "netem" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-        qd = json.loads(lab.exec("s0r0a", "tc", "-j", "qdisc", "show", "dev", "h0p0", check=True).stdout)
         assert qd[0]["options"]["rate"] * 8 == 5_000_000
     r = hpnlab("impair", "--clear", "--lab", LAB)
     assert r.returncode == 0 and "s0r0a:h0p0" in r.stdout
@@ -150,8 +152,8 @@ def test_impair_changes_one_link_and_clear_restores_the_spec(lab):
 @pytest.mark.parametrize("args, field", [(["rate=fast"], "rate"), (["loss=0"], "loss"), (["mtu=9000"], "KEY"),
                                          (["queue=64"], "queue"), (["s0r0a"], "impair")])
 def test_impair_bad_input_is_one_line_exit_2(lab, args, field):
-    r = hpnlab("impair", "s0r0a", "h0p0", *args, "--lab", LAB) if args[0] != "s0r0a" else \
-        hpnlab("impair", "s0r0a", "--lab", LAB)
+    r = hpnlab("impair", "s0r0a", "h0p0", *args, "--lab", LAB, check=False) if args[0] != "s0r0a" else \
+        hpnlab("impair", "s0r0a", "--lab", LAB, check=False)
     assert r.returncode == 2 and field in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
