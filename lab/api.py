@@ -51,6 +51,7 @@ class ProbeResult:
     per_flow: list[dict] = field(default_factory=list)
     faults: list[dict] = field(default_factory=list)
     report_dir: Path | None = None
+    lost_after_repair_1s: int = 0  # sent from 1 s after the repair on, and lost: the repair's own black hole
 
     def assert_disruption(self, max_gap_ms: float, allowed_disruptions: int = 1) -> None:
         """Per flow, as sonic-mgmt's dual-ToR I/O tests count: at most ``allowed_disruptions`` gaps,
@@ -99,7 +100,8 @@ def probe_result(sender: dict, receiver: dict, fault_log: list[dict], report_dir
                        blackholed_flows=blackholed, recovered=m["recovered"] and all(f["resumed"] for f in per_flow),
                        converged_gap_ms=m["converged_gap_ms"], sent=tot["sent"], received=tot["received"],
                        per_flow=per_flow, faults=[{k: f.get(k) for k in ("label", "applied", "reverted")}
-                                                  for f in during], report_dir=report_dir)
+                                                  for f in during], report_dir=report_dir,
+                       lost_after_repair_1s=(m.get("lost_after_repair_1s") or 0) if end is not None else 0)
 
 
 class Probes:

@@ -26,7 +26,7 @@ class Interface(_Model):
     mac: str
     peer: str
     peer_iface: str
-    kind: Literal["access", "uplink", "core"]
+    kind: Literal["access", "uplink", "core", "peer", "oob"]
     shape: dict[str, int] | None = None  # {"rate_kbit", "queue_bytes"}: a tbf on this end
 
 
@@ -47,6 +47,7 @@ class HostPort(_Model):
     host: str
     host_iface: str
     host_port: int | None
+    host_ip: str | None = None
 
 
 class NodeConfig(_Model):
@@ -74,6 +75,10 @@ class NodeConfig(_Model):
     gateway: str | None = None
     table: int | None = None
     host_ports: list[HostPort] | None = None
+    remote_subnets: list[str] | None = None
+    holddown: dict[str, Any] | None = None
+    micro_bfd: dict[str, Any] | None = None  # hosts and ToRs
+    stacked: dict[str, Any] | None = None  # ToRs of a stacked pair: role, peer, timeouts
 
 
 class FaultRecord(_Model):

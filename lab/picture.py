@@ -85,8 +85,11 @@ def fabric_svg(topo: Topology) -> str:
     by_name = {n.name: n for n in topo.nodes}
     for lk in topo.links:  # lines first, boxes on top
         (x1, y1), (x2, y2) = pos[lk.a.node], pos[lk.b.node]
-        if lk.kind == "access":
-            colour = PLANE_COLOURS[lk.host_port] if spec.access == "dual-tor" else PLANE_COLOURS[None]
+        if lk.kind in ("peer", "oob"):  # the stacked pair's links: short arcs between the two ToRs
+            body.append(_line(x1, y1 + (6 if lk.kind == "peer" else 12), x2, y2 + (6 if lk.kind == "peer" else 12),
+                              "#c62828" if lk.kind == "peer" else "#9e9e9e", 2.0 if lk.kind == "peer" else 1.0))
+        elif lk.kind == "access":
+            colour = PLANE_COLOURS[lk.host_port] if spec.access != "single-tor" else PLANE_COLOURS[None]
             body.append(_line(x1 + (lk.host_port - 0.5) * 8, y1, x2, y2, colour, 1.0))
         else:
             plane = by_name[lk.b.node].plane if spec.tier2 == "dual-plane" else None

@@ -19,6 +19,7 @@ from hpnlab.topology import IFNAMSIZ, Link, Node, Topology, check_interface_name
 
 TEMPLATES = data_dir("templates")
 HOST_ROUTE_TABLE = 10
+STACK_TIMEOUT_MS = 1000  # a stacked pair declares sync (peer link) or heartbeat (out-of-band) lost after this
 IMAGES = {"router": f"hpnlab/router:{__version__}", "host": f"hpnlab/host:{__version__}"}
 ROUTER_SYSCTLS = {
     "net.ipv4.ip_forward": 1,
@@ -75,7 +76,7 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
         local, remote = _ends(lk, side)
         ifc = {"name": local.iface, "mac": local.mac, "peer": remote.node, "peer_iface": remote.iface,
                "kind": lk.kind}
-        shape = capacity.shape_of(getattr(spec.links, lk.kind))
+        shape = capacity.shape_of(getattr(spec.links, lk.kind, None))  # peer/oob links: never shaped
         if shape:
             ifc["shape"] = shape
         ifaces.append(ifc)
@@ -88,6 +89,7 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
         for st in topo.sets:
             same_rail[st.rail].append(st.subnet)
         base["sysctls"] = {**HOST_SYSCTLS, **hashing}
+        base["micro_bfd"] = spec.micro_bfd.model_dump()
         base["driver"] = spec.host_driver
         base["lacp"] = {"system_priority": 65535, "key": 1, "fast_rate": lacp.fast_rate}
         base["nics"] = [{"rail": nic.rail, "ip": nic.ip, "mac": nic.mac, "subnet": nic.subnet,
@@ -96,8 +98,9 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
                         for nic in node.nics]
         return base
     base.update({"asn": node.asn, "router_id": node.router_id, "sysctls": {**ROUTER_SYSCTLS, **hashing}, "bfd": spec.bfd.enabled,
-                 "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] != "access"]})
+                 "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] in ("uplink", "core")]})
     if node.role == "tor":
+        host_ip = {(h.name, nic.rail): nic.ip for h in topo.by_role("host") for nic in h.nics}
         base.update({
             "segment": node.segment, "rail": node.rail, "side": node.side, "plane": node.plane,
             "subnet": node.subnet, "gateway": node.gateway, "table": HOST_ROUTE_TABLE,
@@ -105,8 +108,16 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
                      "port_offset": node.lacp_offset, "fast_rate": lacp.fast_rate},
             "host_ports": [{"iface": _ends(lk, side)[0].iface, "port_id": lk.lacp_port,
                             "host": _ends(lk, side)[1].node, "host_iface": _ends(lk, side)[1].iface,
-                            "host_port": lk.host_port}
+                            "host_port": lk.host_port, "host_ip": host_ip[(_ends(lk, side)[1].node, node.rail)]}
                            for lk, side in adj[node.name] if lk.kind == "access"],
+            # the hold-down waits for a route to each of these (the other sets of this rail)
+            "remote_subnets": [st.subnet for st in topo.sets if st.rail == node.rail and st.subnet != node.subnet],
+            "holddown": spec.holddown.model_dump(),
+            **({"stacked": {"role": "primary" if node.side == "a" else "secondary",
+                            "peer": next(i["peer"] for i in ifaces if i["kind"] == "peer"),
+                            "sync_timeout_ms": STACK_TIMEOUT_MS, "heartbeat_timeout_ms": STACK_TIMEOUT_MS}}
+               if spec.stacked else {}),
+            "micro_bfd": spec.micro_bfd.model_dump(),
         })
     return base
 

@@ -120,6 +120,24 @@ class BFD(_Strict):
     multiplier: int = Field(3, ge=2, le=255)
 
 
+class HoldDown(_Strict):
+    """A ToR that boots or gets its links back keeps its host ports out of the hosts' aggregates (LACP
+    Synchronization off) until its FIB has a route to every other dual-ToR set of its rail, at most
+    ``max_s`` seconds (M-LAG "delay restore", BGP "update-delay" in spirit)."""
+
+    enabled: bool = False
+    max_s: float = Field(30.0, gt=0, le=600, description="the longest a ToR may hold its host ports down")
+
+
+class MicroBFD(_Strict):
+    """RFC 7130 micro-BFD: one BFD session per member link of each host NIC's LAG (UDP 6784); a member
+    whose session is down leaves the aggregate, on the host and on the ToR."""
+
+    enabled: bool = False
+    interval_ms: int = Field(100, ge=10, le=10000)
+    multiplier: int = Field(3, ge=2, le=255)
+
+
 class Mechanisms(_Strict):
     """Each switch turns one non-stacked dual-ToR mechanism off, for ablations."""
 
@@ -168,7 +186,7 @@ class Spec(_Strict):
     segments: int = Field(2, ge=1, le=64)
     hosts_per_segment: int = Field(2, ge=1, le=128)
     rails: int = Field(2, ge=1, le=8)
-    access: Literal["dual-tor", "single-tor"] = "dual-tor"
+    access: Literal["dual-tor", "single-tor", "stacked-dual-tor"] = "dual-tor"
     tier2: Literal["dual-plane", "clos"] = "dual-plane"
     aggs_per_plane: int = Field(2, ge=1, le=128)
     tier3: Tier3 | None = None
@@ -180,6 +198,8 @@ class Spec(_Strict):
     mechanisms: Mechanisms = Mechanisms()
     links: Links = Links()
     hash: Hash = Hash()
+    holddown: HoldDown = HoldDown()
+    micro_bfd: MicroBFD = MicroBFD()
     host_driver: Literal["auto", "userspace", "bond"] = "auto"
 
     @field_validator("name")
@@ -206,6 +226,14 @@ class Spec(_Strict):
             # A single ToR must reach both planes: that is a Clos, say so instead of guessing.
             raise ValueError("tier2 'dual-plane' needs access 'dual-tor' (ToR a -> plane 0, ToR b -> plane 1); "
                              "use tier2 'clos' with single-tor")
+        if self.access == "stacked-dual-tor":
+            if self.tier2 != "clos":
+                # a stacked pair shares its host routes over the peer link; planes would split the pair
+                raise ValueError("access 'stacked-dual-tor' (the paper's baseline) is modelled with tier2 'clos'; "
+                                 "set tier2: clos")
+            if not self.mechanisms.lacp:
+                raise ValueError("access 'stacked-dual-tor' bundles each host's two links with LACP (M-LAG); "
+                                 "mechanisms.lacp: false would leave single-homed hosts: keep it true")
         asns = [(self.asn.tor_base, self.asn.tor_base + self.tor_count() - 1),
                 (self.asn.agg_base, self.asn.agg_base + 1), (self.asn.core_base, self.asn.core_base + 1)]
         if asns[0][1] > 4294967295:
@@ -224,7 +252,11 @@ class Spec(_Strict):
 
     @property
     def tors_per_set(self) -> int:
-        return 2 if self.access == "dual-tor" else 1
+        return 1 if self.access == "single-tor" else 2
+
+    @property
+    def stacked(self) -> bool:
+        return self.access == "stacked-dual-tor"
 
     def tor_count(self) -> int:
         return self.segments * self.rails * self.tors_per_set

@@ -58,7 +58,7 @@ class End:
 class Link:
     a: End
     b: End
-    kind: str  # access | uplink | core
+    kind: str  # access | uplink | core | peer (stacked pair's peer link) | oob (its out-of-band link)
     lacp_port: int | None = None  # access: LACP port number the ToR presents (p + offset)
     host_port: int | None = None  # access: which NIC port (0 or 1)
 
@@ -100,7 +100,7 @@ class Topology:
         return out
 
     def bgp_sessions(self) -> int:
-        return sum(1 for lk in self.links if lk.kind != "access")
+        return sum(1 for lk in self.links if lk.kind in ("uplink", "core"))
 
     def to_dict(self) -> dict:
         def node_dict(n: Node) -> dict:
@@ -150,7 +150,7 @@ def build(spec: Spec) -> Topology:
     pool = ipaddress.IPv4Network(spec.addressing.hosts)
     loop_base = int(ipaddress.IPv4Network(spec.addressing.loopbacks).network_address)
     subnets = pool.subnets(new_prefix=24)
-    sides: list[str | None] = ["a", "b"] if spec.access == "dual-tor" else [None]
+    sides: list[str | None] = ["a", "b"] if spec.tors_per_set == 2 else [None]
     offsets = {"a": spec.lacp.port_offsets.a, "b": spec.lacp.port_offsets.b, None: spec.lacp.port_offsets.a}
     router_idx = 0
 
@@ -182,6 +182,11 @@ def build(spec: Spec) -> Topology:
                 tor_nodes.append(t)
             tors_by_set[(seg, rail)] = members
             sets.append(DualToRSet(seg, rail, str(net), gw, [t.name for t in members]))
+            if spec.stacked:  # the stacked pair's direct link (sync) and its out-of-band link (heartbeat)
+                a, b = members
+                for kind in ("peer", "oob"):
+                    i = len(links)
+                    links.append(Link(End(a.name, kind, _mac(0x5E, i, 0)), End(b.name, kind, _mac(0x5E, i, 1)), kind))
 
     nic_index = 0
     for seg in range(spec.segments):

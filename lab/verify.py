@@ -87,6 +87,15 @@ def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
         elif st is None or now - st["time"] > HEARTBEAT_MAX_AGE:
             age = "never" if st is None else f"{now - st['time']:.1f} s ago"
             out.append(_check(f"agent {n}", False, f"no heartbeat (last {age})"))
+        elif (st.get("stack") or {}).get("shut") or (st.get("stack") and not st["stack"]["sync_ok"]):
+            sk = st["stack"]
+            out.append(_check(f"agent {n}", False, f"stacked {sk['role']}: " + (
+                "host ports shut (peer alive out of band, sync lost)" if sk["shut"] else
+                f"no sync from the peer for {sk['sync_age']:g} s")))
+        elif (st.get("holddown") or {}).get("held"):
+            hd = st["holddown"]
+            out.append(_check(f"agent {n}", False, f"host ports held down for {hd['held_for']:g} s (bound "
+                                                   f"{hd['bound_s']:g} s): no route yet to {', '.join(hd['missing'])}"))
         else:
             out.append(_check(f"agent {n}", True, f"pid {pid}, heartbeat {now - st['time']:.1f} s ago"))
     return out
@@ -108,6 +117,9 @@ def check_lacp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
                 pr = p["partner"]
                 if p["mux"] != "collecting_distributing" or pr is None:
                     problems.append(f"{p['iface']} {p['mux']} (rx {p['rx']})")
+                    continue
+                if (c.get("micro_bfd") or {}).get("enabled") and (p.get("micro_bfd") or {}).get("state") != "up":
+                    problems.append(f"{p['iface']} micro-BFD {(p.get('micro_bfd') or {}).get('state', 'not running')}")
                     continue
                 partners.add((pr["system"], pr["key"]))
                 parts.append(f"{p['iface']}->{pr['system']}/k{pr['key']}/p{pr['port']}")

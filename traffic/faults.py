@@ -27,6 +27,10 @@ KINDS = {
     "power-off": "every interface of the node down: all its peers lose carrier",
     "bgp-shutdown": "administratively shut the BGP session on node:iface (neighbor IFACE shutdown)",
     "arp-flush": "age out a ToR's ARP entries on its host ports at once; relearned only from the hosts' next ARPs",
+    "dataplane-dead": "a router forwards nothing (nftables forward drop) and its peer link is dead, while all it "
+                      "sends and receives itself (BGP, BFD, LACP, micro-BFD, heartbeats) flows: no control-plane "
+                      "timer sees it (paper §4.1)",
+    "peer-link-down": "the direct link of a stacked ToR pair goes down (stacked-dual-tor only)",
 }
 INSTANT = {"arp-flush"}  # nothing to revert
 LINK_KINDS = {"link-down", "link-flap", "one-way", "lacp-drop", "bgp-shutdown"}
@@ -97,6 +101,13 @@ def parse(d: dict, where: str, cfgs: dict[str, dict] | None = None) -> Fault:
                 raise SpecError(f"{where}.iface: '{ifc}' is not an interface of {node}; it has {', '.join(ifaces)}")
         if kind == "arp-flush" and cfgs[node]["role"] != "tor":
             raise SpecError(f"{where}.node: arp-flush ages a ToR's ARP table; {node} is a {cfgs[node]['role']}")
+        if kind == "peer-link-down":
+            if "peer" not in ifaces:
+                raise SpecError(f"{where}.node: {node} has no peer link; peer-link-down needs a ToR of access "
+                                f"'stacked-dual-tor'")
+            f.iface = "peer"
+        if kind == "dataplane-dead" and cfgs[node]["role"] == "host":
+            raise SpecError(f"{where}.node: {node} is a host; dataplane-dead stops a router's forwarding")
         if kind == "bgp-shutdown" and cfgs[node]["role"] == "host":
             raise SpecError(f"{where}.node: {node} is a host and runs no BGP; pick a ToR, agg or core")
     return f
@@ -147,8 +158,10 @@ class Injector:
         self._n += 1
         fid = f"{os.getpid()}_{self._n}"
         self.active.append(f)
-        if f.kind in ("one-way", "lacp-drop", "hang"):
+        if f.kind in ("one-way", "lacp-drop", "hang", "dataplane-dead"):
             f.undo["nft"] = _nft_table(fid)
+        if f.kind == "dataplane-dead":
+            f.undo["nft_inet"] = _nft_table(fid)
         if f.kind == "hang":
             f.undo["stopped"] = [p for p in node_pids(self.rt, f.node) if p not in self.exclude]
         self._record()  # before it takes effect: a crash here still leaves the undo recipe
@@ -174,6 +187,15 @@ class Injector:
                 _signal(pid, signal.SIGSTOP)
             rules = [(ifc, "ingress", "") for ifc in self._ifaces(f.node)]
             self.rt.run(f.node, ["nft", "-f", "-"], input=_nft_rules(f.undo["nft"], rules), what=f"{f.node}: hang")
+        elif f.kind == "peer-link-down":
+            self._link(f.node, "peer", "down")
+        elif f.kind == "dataplane-dead":
+            # transit dropped; the ToR's own packets (local in/out) are not in the forward hook
+            rules = (f"table inet {f.undo['nft_inet']} {{\n  chain transit {{\n"
+                     f"    type filter hook forward priority -500; policy drop;\n  }}\n}}\n")
+            if "peer" in self._ifaces(f.node):  # the peer link is a data-plane port: its sync dies with it
+                rules += _nft_rules(f.undo["nft"], [("peer", h, "") for h in ("ingress", "egress")])
+            self.rt.run(f.node, ["nft", "-f", "-"], input=rules, what=f"{f.node}: dataplane-dead")
         elif f.kind == "arp-flush":
             ports = [i["name"] for i in self.cfgs[f.node]["interfaces"] if i["kind"] == "access"]
             for ifc in ports:
@@ -220,7 +242,7 @@ def revert_recorded(rt: Runtime, d: dict, cfgs: dict[str, dict]) -> None:
     """Undo one recorded fault; safe to repeat (used after a crash too)."""
     node, iface, kind, undo = d["node"], d.get("iface"), d["kind"], d.get("undo", {})
     ifaces = iface.split(",") if iface else []
-    if kind in ("link-down", "link-flap"):
+    if kind in ("link-down", "link-flap", "peer-link-down"):
         for ifc in ifaces:
             rt.run(node, ["ip", "link", "set", ifc, "up"], check=False)
     elif kind == "power-off":
@@ -231,6 +253,8 @@ def revert_recorded(rt: Runtime, d: dict, cfgs: dict[str, dict]) -> None:
                                  *(f"no neighbor {ifc} shutdown" for ifc in ifaces)]), check=False)
     if undo.get("nft"):
         rt.run(node, ["nft", "delete", "table", "netdev", undo["nft"]], check=False)
+    if undo.get("nft_inet"):
+        rt.run(node, ["nft", "delete", "table", "inet", undo["nft_inet"]], check=False)
     for pid in undo.get("stopped", []):
         if cmdline(pid):  # still there: let it run again
             _signal(pid, signal.SIGCONT)

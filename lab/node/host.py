@@ -15,7 +15,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from hpnlab.node import lacp
+from hpnlab.node import lacp, microbfd
 from hpnlab.node.agent import (RTMGRP_LINK, agent_main, LacpDriver, StatusFile, arp_request, carrier, log,
                                nl_messages, rtnl_socket, wait)
 
@@ -53,6 +53,10 @@ class HostAgent:
                                 for i, ifc in enumerate(nic["ports"])])
         self.ports = [p for g in self.groups for p in g]
         self.driver = LacpDriver(self.ports, self.mech["lacp"])
+        mb = cfg.get("micro_bfd") or {}
+        self.bfd = microbfd.Driver(cfg["name"], [(ifc, nic["mac"], nic["ip"], nic["gateway"]) for nic in self.nics
+                                                 for ifc in nic["ports"]],
+                                   mb["interval_ms"], mb["multiplier"], self.driver.send) if mb.get("enabled") else None
         self.nl = rtnl_socket(RTMGRP_LINK)
         self.applied: list[tuple[str, ...] | None] = [None] * len(self.nics)
         self.last_arp: dict[str, float] = {}
@@ -60,7 +64,9 @@ class HostAgent:
         self.route_changes = 0
 
     def usable(self, group: list[lacp.Port]) -> list[str]:
-        return [p.iface for p in group if p.enabled and (p.distributing if self.mech["lacp"] else True)]
+        # micro-BFD (when on) must be Up too: a member whose far end stopped forwarding leaves the aggregate
+        return [p.iface for p in group if p.enabled and (p.distributing if self.mech["lacp"] else True)
+                and (self.bfd is None or self.bfd.up(p.iface))]
 
     def reconcile(self, now: float) -> bool:
         batch: list[str] = []
@@ -87,24 +93,33 @@ class HostAgent:
     def snapshot(self, now: float) -> dict:
         return {"node": self.cfg["name"], "role": "host", "mechanisms": self.mech,
                 "nics": [{"rail": n["rail"], "ip": n["ip"], "nexthops": list(self.applied[i] or ()),
-                          "ports": [p.status(now) for p in g]}
+                          "ports": [{**p.status(now), **({"micro_bfd": self.bfd.sessions[p.iface].status()}
+                                                         if self.bfd else {})} for p in g]}
                          for i, (n, g) in enumerate(zip(self.nics, self.groups))],
                 "route_changes": self.route_changes}
 
+    def read_carriers(self, now: float) -> None:
+        for p in self.ports:
+            up = carrier(p.iface)
+            p.set_enabled(up, now)
+            if self.bfd:
+                self.bfd.set_enabled(p.iface, up, now)
+
     def run(self) -> None:
         now = time.monotonic()
-        for p in self.ports:
-            p.set_enabled(carrier(p.iface), now)
+        self.read_carriers(now)
         last_status = 0.0
         log(f"host agent up: {len(self.nics)} NICs, lacp={'on' if self.mech['lacp'] else 'off'}")
         while True:
-            deadline = min(self.driver.next_deadline(now), now + 1.0)
-            for fd in wait(self.driver.fds() + [self.nl.fileno()], deadline):
+            deadline = min(self.driver.next_deadline(now), now + 1.0, self.bfd.next_deadline() if self.bfd else now + 1)
+            bfd_fds = self.bfd.fds() if self.bfd else []
+            for fd in wait(self.driver.fds() + bfd_fds + [self.nl.fileno()], deadline):
                 now = time.monotonic()
                 if fd == self.nl.fileno():
                     nl_messages(self.nl)  # which link changed does not matter: re-read every port
-                    for p in self.ports:
-                        p.set_enabled(carrier(p.iface), now)
+                    self.read_carriers(now)
+                elif fd in bfd_fds:
+                    self.bfd.handle(fd, now)
                 else:
                     self.driver.handle(fd, now)
             now = time.monotonic()
@@ -116,6 +131,9 @@ class HostAgent:
                         log(e)
                     p.events.clear()
             self.driver.transmit(now)
+            if self.bfd:
+                for e in self.bfd.tick_and_send(now):
+                    log(e)
             changed = self.reconcile(now)
             if changed or now - last_status >= 1.0:
                 self.status.write(self.snapshot(now))

@@ -16,7 +16,7 @@ import time
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from hpnlab.node import lacp
+from hpnlab.node import lacp, microbfd, stack
 from hpnlab.node.agent import (RTM_DELLINK, RTM_DELNEIGH, RTM_NEWLINK, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH,
                                agent_main, LacpDriver, StatusFile, carrier, iface_mac, log, nl_messages,
                                parse_neigh, rtnl_socket, wait)
@@ -25,6 +25,43 @@ NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
 PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (rt_protos: unassigned)
 RT_SCOPE_LINK = 253
 NEIGH_RESYNC = 5.0
+
+
+class HoldDown:
+    """The ToR hold-down as a pure state machine: held while routes are missing, for at most ``max_s``
+    per episode (an episode ends when nothing is missing); a healthy ToR is never kept out for longer."""
+
+    def __init__(self, enabled: bool, max_s: float):
+        self.enabled, self.max_s = enabled, max_s
+        self.held = False
+        self.since: float | None = None
+        self.bound_hit = False
+        self.missing: list[str] = []
+        self.events: list[str] = []
+        self.episodes = 0
+
+    def update(self, now: float, missing: list[str]) -> bool:
+        self.missing = missing
+        if not missing:
+            if self.held:
+                self.events.append(f"hold-down released after {now - self.since:.2f} s: a route to every remote set")
+            self.held, self.since, self.bound_hit = False, None, False
+            return False
+        if self.since is None:
+            self.since = now
+            self.episodes += 1
+            self.events.append(f"hold-down: no route to {', '.join(missing)}; host ports kept out of their aggregates")
+        if not self.bound_hit and now - self.since >= self.max_s:
+            self.bound_hit = True
+            self.events.append(f"hold-down bound of {self.max_s:g} s reached, {len(missing)} route(s) still missing: "
+                               f"host ports let in")
+        self.held = not self.bound_hit
+        return self.held
+
+    def status(self, now: float) -> dict:
+        return {"enabled": self.enabled, "held": self.held, "missing": self.missing, "bound_s": self.max_s,
+                "held_for": round(now - self.since, 2) if self.since is not None else 0.0,
+                "bound_hit": self.bound_hit, "episodes": self.episodes}
 
 
 class TorAgent:
@@ -39,7 +76,22 @@ class TorAgent:
                                 sys_prio=lc["system_priority"], fast=lc["fast_rate"]) for hp in cfg["host_ports"]]
         self.by_iface = {p.iface: p for p in self.ports}
         self.driver = LacpDriver(self.ports, self.mech["lacp"])
+        mb = cfg.get("micro_bfd") or {}
+        self.bfd = microbfd.Driver(cfg["name"], [(hp["iface"], iface_mac(hp["iface"]), cfg["gateway"], hp["host_ip"])
+                                                 for hp in cfg["host_ports"]],
+                                   mb["interval_ms"], mb["multiplier"], self.driver.send) if mb.get("enabled") else None
+        hd = cfg.get("holddown") or {}
+        self.hold = HoldDown(bool(hd.get("enabled")), float(hd.get("max_s", 30)))
+        self.remote = [str(ipaddress.IPv4Network(n)) for n in cfg.get("remote_subnets") or []]
+        self.next_fib_check = 0.0
         self.ipr = IPRoute()  # dumps and route changes
+        st = cfg.get("stacked")  # the stacked baseline: peer-link sync, out-of-band heartbeat, the §4.1 rule
+        self.pair = stack.Pair(cfg["name"], st["role"], st["sync_timeout_ms"] / 1000, st["heartbeat_timeout_ms"] / 1000,
+                               time.monotonic()) if st else None
+        self.pairlink = stack.PairLink() if st else None
+        self.port_to_host = {hp["iface"]: hp["host"] for hp in cfg["host_ports"]}
+        self.host_to_port = {hp["host"]: hp["iface"] for hp in cfg["host_ports"]}
+        self.ports_shut = False
         self.nl = rtnl_socket(RTMGRP_LINK | RTMGRP_NEIGH)  # bound before the first dump: no early ARP is missed
         self.ifindex = {p.iface: socket.if_nametoindex(p.iface) for p in self.ports}
         self.ifname = {v: k for k, v in self.ifindex.items()}
@@ -51,7 +103,31 @@ class TorAgent:
     # --- state -----------------------------------------------------------------------------------
     def port_ok(self, iface: str) -> bool:
         p = self.by_iface[iface]
-        return p.enabled and (p.distributing if self.mech["lacp"] else True)
+        return p.enabled and (p.distributing if self.mech["lacp"] else True) and not self.hold.held \
+            and (self.bfd is None or self.bfd.up(iface))
+
+    # --- hold-down ---------------------------------------------------------------------------------
+    def fabric_missing(self) -> list[str]:
+        """The other sets' subnets (of this rail) the main table has no route to."""
+        have = set()
+        for r in self.ipr.get_routes(family=socket.AF_INET, table=254):
+            dst = r.get_attr("RTA_DST")
+            if dst:
+                have.add(f"{dst}/{r['dst_len']}")
+        return [n for n in self.remote if n not in have]
+
+    def update_hold(self, now: float) -> None:
+        """Why this condition: hosts send their cross-set traffic up through the ToR by these BGP routes.
+        Until each is in the FIB, a flow a host hashes onto this ToR is dropped here (the boot black hole);
+        traffic towards the hosts needs nothing more than the ARP-learned /32s. Checked every 100 ms while
+        held, every 500 ms otherwise (losing every uplink holds the ports down too)."""
+        if not self.hold.enabled or now < self.next_fib_check:
+            return
+        self.next_fib_check = now + (0.1 if self.hold.held else 0.5)
+        self.hold.update(now, self.fabric_missing())
+        for e in self.hold.events:
+            log(e)
+        self.hold.events.clear()
 
     def _neigh(self, ifindex: int, state: int, dst: str | None, deleted: bool) -> None:
         iface = self.ifname.get(ifindex)
@@ -80,7 +156,10 @@ class TorAgent:
     def read_carriers(self, now: float) -> None:
         """Carrier as it is now, for every host port (a handful of sysfs reads)."""
         for p in self.ports:
-            p.set_enabled(carrier(p.iface), now)
+            up = carrier(p.iface)
+            p.set_enabled(up, now)
+            if self.bfd:
+                self.bfd.set_enabled(p.iface, up, now)
 
     def resync(self, now: float) -> None:
         self.read_carriers(now)
@@ -96,6 +175,11 @@ class TorAgent:
         # Always installed: this is the ToR's own host table. mechanisms.host_routes only decides
         # whether FRR imports and advertises it (the frr.conf template).
         want = {ip: ifc for ip, ifc in self.neigh.items() if self.port_ok(ifc)}
+        if self.pair:  # what the peer learned (and synced) is forwarded out of our port to the same host
+            for ip, host in self.pair.peer_neigh.items():
+                ifc = self.host_to_port.get(host)
+                if ifc and ip not in want and self.port_ok(ifc) and ipaddress.IPv4Address(ip) in self.subnet:
+                    want[ip] = ifc
         for ip, ifc in list(self.installed.items()):
             if want.get(ip) != ifc:
                 self._remove(ip)
@@ -128,9 +212,30 @@ class TorAgent:
 
     # --- loop ------------------------------------------------------------------------------------
     def snapshot(self, now: float) -> dict:
-        return {"node": self.cfg["name"], "role": "tor", "ports": [p.status(now) for p in self.ports],
+        return {"node": self.cfg["name"], "role": "tor",
+                "ports": [{**p.status(now), **({"micro_bfd": self.bfd.sessions[p.iface].status()} if self.bfd else {})}
+                          for p in self.ports],
+                "holddown": self.hold.status(now),
                 "host_routes": dict(sorted(self.installed.items())), "neighbours": dict(sorted(self.neigh.items())),
-                "changes": self.changes, "mechanisms": self.mech}
+                "changes": self.changes, "mechanisms": self.mech,
+                **({"stack": self.pair.status(now)} if self.pair else {})}
+
+    def stack_step(self, now: float) -> None:
+        """Send heartbeat and sync, apply the §4.1 rule: a secondary that must shut takes its host ports
+        admin down (the hosts lose carrier on those links) and brings them back when it may."""
+        self.pairlink.send(self.pair, {ip: self.port_to_host[ifc] for ip, ifc in self.neigh.items()}, now)
+        shut = self.pair.decide(now)
+        for e in self.pair.events:
+            log(e)
+        self.pair.events.clear()
+        if shut != self.ports_shut:
+            for ifc, idx in self.ifindex.items():
+                try:
+                    self.ipr.link("set", index=idx, state="down" if shut else "up")
+                except NetlinkError as e:
+                    log(f"{ifc}: admin {'down' if shut else 'up'}: {e}")
+            self.ports_shut = shut
+            self.read_carriers(now)
 
     def run(self) -> None:
         now = time.monotonic()
@@ -140,20 +245,38 @@ class TorAgent:
         log(f"tor agent up: {len(self.ports)} host ports, lacp={'on' if self.mech['lacp'] else 'off'}, "
             f"system {self.ports[0].system if self.ports else '-'}")
         while True:
-            for fd in wait(self.driver.fds() + [nl], self.driver.next_deadline(now)):
+            bfd_fds = self.bfd.fds() if self.bfd else []
+            pair_fds = self.pairlink.fds() if self.pairlink else []
+            deadline = min(self.driver.next_deadline(now), self.bfd.next_deadline() if self.bfd else now + 1,
+                           self.next_fib_check if self.hold.enabled else now + 1,
+                           self.pair.next_tx if self.pair else now + 1)
+            for fd in wait(self.driver.fds() + bfd_fds + pair_fds + [nl], deadline):
                 now = time.monotonic()
                 if fd == nl:
                     self._netlink(now)
+                elif fd in bfd_fds:
+                    self.bfd.handle(fd, now)
+                elif fd in pair_fds:
+                    self.pairlink.handle(fd, self.pair, now)
                 else:
                     self.driver.handle(fd, now)
             now = time.monotonic()
+            if self.pair:
+                self.stack_step(now)
+            self.update_hold(now)
             lacp.select_individual(self.ports)
+            if self.hold.held:  # unselected: the actor's Synchronization stays off, the hosts do not distribute
+                for p in self.ports:
+                    p.selected = False
             for p in self.ports:
                 p.tick(now)
                 for e in p.events:
                     log(e)
                 p.events.clear()
             self.driver.transmit(now)
+            if self.bfd:
+                for e in self.bfd.tick_and_send(now):
+                    log(e)
             before = self.changes
             self.reconcile()
             if self.changes != before or now - last_status >= 1.0:

@@ -1,0 +1,66 @@
+"""The stacked dual-ToR baseline (paper §4.1) on a real lab: the pair syncs its neighbours over the peer
+link, and when the primary's data plane dies while its control plane lives, the secondary shuts its host
+ports and the whole set goes dark — what the paper's production saw, and why HPN removed the peer link."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.test_lab_netns import _need_lab_machine, leftovers
+
+LAB = "stk"
+pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name=LAB, overrides={
+    "access": "stacked-dual-tor", "tier2": "clos"})]
+
+
+@pytest.fixture(scope="module")
+def lab(hpnlab_lab):
+    _need_lab_machine()
+    yield hpnlab_lab
+    hpnlab_lab.down()
+    assert leftovers(LAB) == []
+
+
+def _stack(lab, node: str) -> dict:
+    return json.loads(lab.runtime.status_path(node).read_text())["stack"]
+
+
+def test_the_pair_syncs_its_neighbours_over_the_peer_link(lab):
+    a, b = _stack(lab, "s0r0a"), _stack(lab, "s0r0b")
+    assert (a["role"], b["role"]) == ("primary", "secondary")
+    assert a["sync_ok"] and b["sync_ok"] and a["peer_alive"] and b["peer_alive"]
+    # both hosts of the set, as the primary learned them (the status file is rewritten every second)
+    assert lab.wait_for(lambda: _stack(lab, "s0r0b")["peer_neighbours"] == 2 or None, timeout=3)
+    # a neighbour the secondary lost is still forwarded: the primary's sync keeps its /32
+    lab.exec("s0r0b", "ip", "neigh", "flush", "dev", "h0p1", check=True)
+    time.sleep(1.5)
+    st = json.loads(lab.runtime.status_path("s0r0b").read_text())
+    assert "10.0.0.2" not in st["neighbours"] or st["neighbours"]["10.0.0.2"] == "h0p1"
+    assert st["host_routes"].get("10.0.0.2") == "h0p1"
+
+
+def test_dataplane_dead_primary_takes_the_whole_set_down(lab):
+    with lab.probes(src="s1h0", dst="s0h0", rail=0, flows=32, rate=250) as p:
+        with lab.fault("dataplane-dead", node="s0r0a"):
+            lab.wait_for(lambda: _stack(lab, "s0r0b")["shut"] or None, timeout=5)
+            host = json.loads(lab.runtime.status_path("s0h0").read_text())
+            assert host["nics"][0]["nexthops"] == ["r0p0"]  # only the dead primary is left
+            time.sleep(1.5)
+        lab.wait_for(lambda: not _stack(lab, "s0r0b")["shut"] or None, timeout=5)
+        time.sleep(3.0)
+    # every flow stopped (not only those hashed onto the primary), and came back after the repair
+    assert p.result.flows_affected == len(p.result.per_flow) and p.result.recovered, p.result.to_dict()
+    lab.wait_healthy(30)
+
+
+def test_peer_link_down_shuts_the_secondary_and_verify_says_so(lab):
+    from hpnlab.verify import check_agents
+
+    with lab.fault("peer-link-down", node="s0r0a"):
+        lab.wait_for(lambda: _stack(lab, "s0r0b")["shut"] or None, timeout=5)
+        bad = {c["name"]: c["detail"] for c in check_agents(lab.runtime, lab.cfgs) if not c["ok"]}
+        assert "ports shut" in bad.get("agent s0r0b", ""), bad
+    lab.wait_healthy(30)
