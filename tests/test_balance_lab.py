@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.test_lab_netns import _need_lab_machine, hpnlab, leftovers
+from tests.test_lab_netns import hpnlab, owned_lab
 
 LAB = "bal"
 pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="load-balance", name=LAB)]
@@ -22,10 +22,7 @@ pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="load-balance", name=LAB
 
 @pytest.fixture(scope="module")
 def lab(hpnlab_lab):
-    _need_lab_machine()
-    yield hpnlab_lab
-    hpnlab_lab.down()
-    assert leftovers(LAB) == []
+    yield from owned_lab(hpnlab_lab)
 
 
 @pytest.fixture(scope="module")

@@ -64,6 +64,15 @@ def poll(fn, timeout=5.0, interval=0.02):
         time.sleep(interval)
 
 
+def owned_lab(plugin_lab):
+    """A module's ``lab`` fixture body over the plugin's lab: skip where labs cannot run, and after the
+    module's last test take the lab down and check that it left nothing behind."""
+    _need_lab_machine()
+    yield plugin_lab
+    plugin_lab.down()
+    assert leftovers(plugin_lab.name) == []
+
+
 def leftovers(lab: str) -> list[str]:
     """Everything a lab could leave behind: what carries its name (hpnlab.orchestrate.leftovers, the
     same list `down` is checked against) and nftables tables in the root namespace."""

@@ -29,6 +29,8 @@ BAD = [
     ({"hosts_per_segment": 500}, "hosts_per_segment"),
     ({"rails": 9}, "rails"),
     ({"access": "stacked"}, "access"),
+    ({"access": "stacked-dual-tor"}, "tier2 'clos'"),  # dual-plane would split the stacked pair
+    ({"access": "stacked-dual-tor", "tier2": "clos", "mechanisms": {"lacp": False}}, "single-homed hosts"),
     ({"tier2": "fat-tree"}, "tier2"),
     ({"aggs_per_plane": -1}, "aggs_per_plane"),
     ({"name": "Bad Name!"}, "name"),

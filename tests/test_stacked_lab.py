@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.test_lab_netns import _need_lab_machine, leftovers
+from tests.test_lab_netns import owned_lab
 
 LAB = "stk"
 pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name=LAB, overrides={
@@ -18,10 +18,7 @@ pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name=LAB, ove
 
 @pytest.fixture(scope="module")
 def lab(hpnlab_lab):
-    _need_lab_machine()
-    yield hpnlab_lab
-    hpnlab_lab.down()
-    assert leftovers(LAB) == []
+    yield from owned_lab(hpnlab_lab)
 
 
 def _stack(lab, node: str) -> dict:

@@ -114,6 +114,15 @@ def carrier(iface: str) -> bool:
         return False
 
 
+def read_carriers(ports: list, bfd, now: float) -> None:
+    """Carrier as it is now, for every port (a handful of sysfs reads), into LACP and micro-BFD alike."""
+    for p in ports:
+        up = carrier(p.iface)
+        p.set_enabled(up, now)
+        if bfd:
+            bfd.set_enabled(p.iface, up, now)
+
+
 def iface_mac(iface: str) -> str:
     return Path(f"/sys/class/net/{iface}/address").read_text().strip()
 

@@ -18,14 +18,14 @@ import argparse
 import collections
 import errno
 import fcntl
-import json
-import os
 import selectors
 import signal
 import socket
 import struct
 import sys
 import time
+
+from hpnlab.node.reports import write_json
 
 FRAME = struct.Struct("!IIII")  # step, segment, segments in step, payload length
 SIOCOUTQ = 0x5411
@@ -267,10 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.005)
     rep = ring.run(a.duration - max(0.0, time.time() - a.start_at) if a.start_at else a.duration,
                    lambda: stop["flag"])
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rep, f)
-    os.replace(tmp, a.out)
+    write_json(rep, a.out)
     return 0
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import errno
 import fcntl
-import json
-import os
 import selectors
-import signal
 import socket
 import struct
 import sys
 import time
+
+from hpnlab.node.reports import StopFlag, wait_until, write_json
 
 SIOCOUTQ = 0x5411
 CHUNK = 64 * 1024
@@ -37,23 +36,8 @@ def outq(sock: socket.socket) -> int:
         return 0
 
 
-class _Stop:
-    def __init__(self) -> None:
-        self.flag = False
-        signal.signal(signal.SIGTERM, self._set)
-        signal.signal(signal.SIGINT, self._set)
-
-    def _set(self, *_a) -> None:
-        self.flag = True
-
-
-def wait_until(t: float) -> None:
-    while (d := t - time.time()) > 0:
-        time.sleep(min(d, 0.2))
-
-
 def serve(bind: str, port: int, duration: float, start_at: float = 0.0) -> dict:
-    stop = _Stop()
+    stop = StopFlag()
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind((bind, port))
@@ -118,7 +102,7 @@ class Peer:
 def send(src: str, port: int, flows: list[tuple[str, int]], size: int, select: str, duration: float,
          start_at: float = 0.0) -> dict:
     """``flows``: (dst, sport) pairs; ``size`` bytes per flow (a peer's budget is size x its flows)."""
-    stop = _Stop()
+    stop = StopFlag()
     peers: dict[str, Peer] = {}
     for dst, sport in flows:
         p = peers.setdefault(dst, Peer(dst, 0))
@@ -218,13 +202,6 @@ def _close(f: Flow) -> None:
         f.eof = True
 
 
-def _write(report: dict, out: str) -> None:
-    tmp = out + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(report, fh)
-    os.replace(tmp, out)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hpnlab.node.elephant", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -247,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         rep = send(a.src, a.port, flows, a.size, a.select, a.duration, a.start_at)
     else:
         rep = serve(a.bind, a.port, a.duration, a.start_at)
-    _write(rep, a.out)
+    write_json(rep, a.out)
     return 0
 
 

@@ -16,8 +16,8 @@ import subprocess
 import time
 
 from hpnlab.node import lacp, microbfd
-from hpnlab.node.agent import (RTMGRP_LINK, agent_main, LacpDriver, StatusFile, arp_request, carrier, log,
-                               nl_messages, rtnl_socket, wait)
+from hpnlab.node.agent import (RTMGRP_LINK, agent_main, LacpDriver, StatusFile, arp_request, log, nl_messages,
+                               read_carriers, rtnl_socket, wait)
 
 ARP_REFRESH = 1.0  # the host re-announces itself each second, so a ToR whose ARP entry aged out relearns it
 
@@ -99,11 +99,7 @@ class HostAgent:
                 "route_changes": self.route_changes}
 
     def read_carriers(self, now: float) -> None:
-        for p in self.ports:
-            up = carrier(p.iface)
-            p.set_enabled(up, now)
-            if self.bfd:
-                self.bfd.set_enabled(p.iface, up, now)
+        read_carriers(self.ports, self.bfd, now)
 
     def run(self) -> None:
         now = time.monotonic()

@@ -9,13 +9,12 @@ Run as ``python -m hpnlab.node.linkstats --ifaces a,b --interval 0.1 --duration 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
 import socket
 import struct
 import sys
 import time
+
+from hpnlab.node.reports import StopFlag, write_json
 
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
@@ -83,21 +82,19 @@ def tx_bytes(iface: str) -> int:
 
 
 def sample(ifaces: list[str], interval: float, duration: float, start_at: float = 0.0) -> dict:
-    stopped = []
-    signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
-    signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
+    stop = StopFlag()
     idx = {name: i for i, name in socket.if_nameindex()}
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
     sock.bind((0, 0))
     series = {n: {"bytes": [], "backlog": [], "drops": []} for n in ifaces}
     times: list[float] = []
     if start_at:
-        while time.time() < start_at - interval and not stopped:
+        while time.time() < start_at - interval and not stop.flag:
             time.sleep(min(0.2, start_at - time.time()))
     end = time.time() + duration
     seq = 0
     nxt = time.monotonic()
-    while not stopped and time.time() < end:
+    while not stop.flag and time.time() < end:
         seq += 1
         q = dump(sock, seq)
         times.append(round(time.time(), 4))
@@ -122,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     rep = sample(a.ifaces.split(","), a.interval, a.duration, a.start_at)
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rep, f)
-    os.replace(tmp, a.out)
+    write_json(rep, a.out)
     return 0
 
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
-import os
-import signal
 import socket
 import struct
 import sys
 import time
+
+from hpnlab.node.reports import StopFlag, wait_until, write_json
 
 MAGIC = b"HPNP"
 HEADER = struct.Struct("!4sIIQ")  # magic, flow, seq, tx time (ns since the epoch)
@@ -36,29 +35,12 @@ def decode(data: bytes) -> tuple[int, int, int] | None:
     return flow, seq, tx
 
 
-class _Stop:
-    """SIGTERM/SIGINT end a run early but still write the report."""
-
-    def __init__(self) -> None:
-        self.flag = False
-        signal.signal(signal.SIGTERM, self._set)
-        signal.signal(signal.SIGINT, self._set)
-
-    def _set(self, *_a) -> None:
-        self.flag = True
-
-
-def wait_until(t_epoch: float) -> None:
-    while (d := t_epoch - time.time()) > 0:
-        time.sleep(min(d, 0.2))
-
-
 # --- sender --------------------------------------------------------------------------------------------
 def send(src: str, dst: str, dport: int, flows: int, rate: float, duration: float, sport_base: int,
          size: int = 64, start_at: float = 0.0) -> dict:
     """Send ``flows`` x ``rate`` packets/s round-robin on an absolute schedule (no drift); if the CPU
     falls behind, packets go out late rather than being skipped, and the lag is reported."""
-    stop = _Stop()
+    stop = StopFlag()
     socks = []
     for i in range(flows):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -136,7 +118,7 @@ class FlowRx:
 
 
 def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dict:
-    stop = _Stop()
+    stop = StopFlag()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.bind((bind, port))
@@ -173,13 +155,6 @@ def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dic
             "bins": {a: sorted(b.items()) for a, b in bins.items()}, "interrupted": stop.flag}
 
 
-def _write(report: dict, out: str) -> None:
-    tmp = out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f)
-    os.replace(tmp, out)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hpnlab.node.probe", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -204,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         rep = send(a.src, a.dst, a.dport, a.flows, a.rate, a.duration, a.sport_base, a.size, a.start_at)
     else:
         rep = receive(a.bind, a.port, a.duration, a.start_at)
-    _write(rep, a.out)
+    write_json(rep, a.out)
     return 0
 
 

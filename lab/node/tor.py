@@ -18,8 +18,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from hpnlab.node import lacp, microbfd, stack
 from hpnlab.node.agent import (RTM_DELLINK, RTM_DELNEIGH, RTM_NEWLINK, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH,
-                               agent_main, LacpDriver, StatusFile, carrier, iface_mac, log, nl_messages,
-                               parse_neigh, rtnl_socket, wait)
+                               agent_main, LacpDriver, StatusFile, iface_mac, log, nl_messages,
+                               parse_neigh, read_carriers, rtnl_socket, wait)
 
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
 PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (rt_protos: unassigned)
@@ -154,12 +154,7 @@ class TorAgent:
             self.read_carriers(now)
 
     def read_carriers(self, now: float) -> None:
-        """Carrier as it is now, for every host port (a handful of sysfs reads)."""
-        for p in self.ports:
-            up = carrier(p.iface)
-            p.set_enabled(up, now)
-            if self.bfd:
-                self.bfd.set_enabled(p.iface, up, now)
+        read_carriers(self.ports, self.bfd, now)
 
     def resync(self, now: float) -> None:
         self.read_carriers(now)
