@@ -128,13 +128,15 @@ FAULTS = [
     {"kind": "bgp-shutdown", "node": "s1r0a", "iface": "agg0-0"},
     {"kind": "link-flap", "node": "s1h1", "iface": "r1p0", "period": 0.4, "count": 2},
     {"kind": "arp-flush", "node": "s1r1a"},
+    {"kind": "dataplane-dead", "node": "s0r1b"},
 ]
+ELSEWHERE = {"peer-link-down": "tests/test_stacked_lab.py (needs a stacked pair)"}
 
 
 def test_every_fault_kind_is_tested():
     from hpnlab.traffic.faults import KINDS
 
-    assert {f["kind"] for f in FAULTS} == set(KINDS)
+    assert {f["kind"] for f in FAULTS} | set(ELSEWHERE) == set(KINDS)
 
 
 @pytest.mark.parametrize("fd", FAULTS, ids=lambda d: f"{d['kind']}-{d['node']}")
@@ -157,6 +159,11 @@ def test_each_fault_acts_and_reverts_without_trace(lab, hpnlab_lab, fd):
             assert "hpnlab_fault" in t
         elif f.kind == "hang":
             assert any("stopped" in x for x in _fault_traces(lab))
+        elif f.kind == "dataplane-dead":  # transit dropped, the ToR's own sessions untouched
+            assert "table inet hpnlab_fault" in nsexec(lab, f.node, "nft", "list", "tables").stdout
+            time.sleep(1.5)
+            assert rt.vtysh_json(f.node, "show bgp summary json")["ipv4Unicast"]["peers"]["agg1-0"]["state"] \
+                == "Established"
         elif f.kind == "power-off":
             assert all("NO-CARRIER" in nsexec(lab, i["peer"], "ip", "link", "show", i["peer_iface"]).stdout
                        for i in cfgs[f.node]["interfaces"])

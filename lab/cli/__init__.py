@@ -9,7 +9,7 @@ import time
 
 from hpnlab import __version__, signals
 from hpnlab.cli import images, labcmds, trafficcmds
-from hpnlab.errors import HpnlabError
+from hpnlab.errors import HpnlabError, SpecError
 
 EPILOG = """\
 pipeline: spec (YAML) -> topology -> configs (Jinja2) -> runtime (netns | clab) -> agents -> verify
@@ -42,6 +42,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sp = spec.load_spec(args.spec)
     topo = topology.build(sp)
     files = render.render(topo)
+    if args.target == "c9s":
+        from hpnlab import c9s
+
+        files.update(c9s.export(files, topo, args.c9s_api, args.namespace, force_nodes=args.c9s_nodes))
+    elif args.c9s_api != "c9s.run" or args.namespace or args.c9s_nodes:
+        raise SpecError("--c9s-api, --namespace and --c9s-nodes go with --target c9s")
     out = render.write(files, args.out)
     summ = topology.summary(topo)
     summ.update({"out": str(out), "files": len(files), "seconds": round(time.monotonic() - t0, 3)})
@@ -59,6 +65,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"  path search per host: O({'x'.join(map(str, ps['factors']))}) = {ps['complexity']}")
     print(f"  topology: {out / 'topology.json'}   containerlab: {out / (topo.name + '.clab.yml')}   "
           f"picture: {out / 'fabric.svg'}")
+    if args.target == "c9s":
+        kinds = sorted(f for f in files if f.startswith("c9s/"))
+        print(f"  clabernetes: {', '.join(str(out / f) for f in kinds)}  (kubectl apply -f {out / 'c9s'})")
     return 0
 
 
@@ -101,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "earlier hpnlab output)")
     g.add_argument("--summary", action="store_true", help="print sizes, BGP sessions and path-search size")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
+    g.add_argument("--target", choices=("clab", "c9s"), default="clab",
+                   help="c9s: also write clabernetes objects to OUT/c9s/ (a Topology, or Node + Link objects "
+                        "when one Topology would pass Kubernetes' ~1.5 MB object limit; ConfigMaps either way)")
+    g.add_argument("--c9s-api", default="c9s.run", choices=("c9s.run", "clabernetes.containerlab.dev"),
+                   help="API group: c9s.run (clabernetes 0.7+) or clabernetes.containerlab.dev (before 0.7)")
+    g.add_argument("--c9s-nodes", action="store_true", help="write Node + Link objects even for a small lab")
+    g.add_argument("--namespace", help="Kubernetes namespace for the clabernetes objects (default: kubectl's)")
     g.set_defaults(func=cmd_generate)
 
     c = sub.add_parser("calc", help="reproduce the paper's Table 2 (scale) and Table 1 (path search)")

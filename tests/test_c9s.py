@@ -1,0 +1,239 @@
+"""clabernetes export: every object passes its CRD's openAPIV3Schema (as the API server applies it:
+defaults filled in first, unknown fields refused rather than silently pruned), the embedded containerlab
+definitions pass containerlab's schema, and each compiler rule that no schema shows rejects a
+deliberately broken export. The CRDs and schemas come from ../shared/schemas (skipped, with the reason
+printed, where absent)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import jsonschema
+import pytest
+import yaml
+
+from hpnlab import c9s, render, topology
+from hpnlab.errors import SpecError
+from hpnlab.spec import load_spec, parse_spec
+from tests.conftest import EXAMPLES, SHARED, _skip
+
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SEGMENT_FULL = {"name": "segfull", "segments": 1, "hosts_per_segment": 128, "rails": 8, "aggs_per_plane": 60}
+
+
+def _crd(kind: str) -> dict:
+    path = SHARED / "schemas" / f"c9s.run_{kind}.crd.yaml"
+    if not path.exists():
+        _skip(f"clabernetes CRD not found at {path} (../shared beside the checkout)")
+    d = yaml.safe_load(path.read_text())
+    return d["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def strict(schema: dict) -> dict:
+    """The API server prunes fields a structural schema does not know; for a test that is a typo to
+    catch, so objects with properties get additionalProperties: false (unless they preserve unknowns)."""
+    s = copy.deepcopy(schema)
+
+    def walk(x):
+        if isinstance(x, dict):
+            if x.get("type") == "object" and "properties" in x and "additionalProperties" not in x \
+                    and not x.get("x-kubernetes-preserve-unknown-fields"):
+                x["additionalProperties"] = False
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(s)
+    return s
+
+
+def with_defaults(obj, schema: dict):
+    """Fill in ``default:`` values the way the API server does before it validates."""
+    if isinstance(obj, dict) and schema.get("type") == "object":
+        for k, sub in (schema.get("properties") or {}).items():
+            if k not in obj and "default" in sub:
+                obj[k] = copy.deepcopy(sub["default"])
+            if k in obj:
+                with_defaults(obj[k], sub)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for k in obj:
+                if k not in (schema.get("properties") or {}):
+                    with_defaults(obj[k], extra)
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for v in obj:
+            with_defaults(v, schema["items"])
+    return obj
+
+
+@pytest.fixture(scope="module")
+def validators():
+    return {kind: (jsonschema.Draft7Validator(strict(_crd(plural))), _crd(plural))
+            for kind, plural in (("Topology", "topologies"), ("Node", "nodes"), ("Link", "links"))}
+
+
+@pytest.fixture(scope="module")
+def clab_validator(clab_schema):
+    return jsonschema.Draft7Validator(clab_schema)
+
+
+def _docs(text: str) -> list[dict]:
+    """A file's objects: pretty YAML documents, or one JSON document each (large labs)."""
+    if text.startswith("---\n{"):
+        return [json.loads(d) for d in text.split("---\n") if d.strip()]
+    return list(yaml.load_all(text, Loader=Loader))
+
+
+def _objects(out: dict[str, str]) -> list[dict]:
+    return [o for path, text in out.items() if path.startswith("c9s/") for o in _docs(text)]
+
+
+def _configmaps(text: str) -> int:
+    """ConfigMaps in a large file (one JSON document each), without parsing tens of MB."""
+    return text.count('"kind":"ConfigMap"')
+
+
+def check(out: dict[str, str], validators, clab_validator, sample: int | None = None) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for o in _objects(out):
+        kinds[o["kind"]] = kinds.get(o["kind"], 0) + 1
+        if o["kind"] == "ConfigMap":
+            assert set(o["data"]) <= set(c9s.BOUND) and o["data"]
+            continue
+        n = seen[o["kind"]] = seen.get(o["kind"], 0) + 1
+        if sample and n > sample and n % sample:
+            continue  # a large export: every object of each kind is built alike; validate a spread of them
+        v, raw = validators[o["kind"]]
+        errors = sorted(v.iter_errors(with_defaults(copy.deepcopy(o), raw)), key=str)
+        assert not errors, f"{o['kind']} {o['metadata']['name']}: {errors[0].message} at {list(errors[0].path)}"
+        if o["kind"] == "Topology":
+            defn = yaml.safe_load(o["spec"]["definition"]["containerlab"])
+            errs = list(clab_validator.iter_errors(defn))
+            assert not errs, errs[0].message
+            assert c9s.compiler_problems(defn) == []
+    return kinds
+
+
+def _export(spec, **kw):
+    topo = topology.build(spec)
+    files = render.render(topo)
+    return c9s.export(files, topo, **kw), files, topo
+
+
+@pytest.mark.parametrize("path", sorted(p for p in EXAMPLES.glob("*.yml") if p.stem != "hpn-pod-15k"),
+                         ids=lambda p: p.stem)
+def test_every_example_exports_to_a_valid_topology(path, validators, clab_validator):
+    out, files, topo = _export(load_spec(path))
+    kinds = check(out, validators, clab_validator)
+    assert kinds == {"Topology": 1, "ConfigMap": len(topo.nodes)}
+    t = next(o for o in _objects(out) if o["kind"] == "Topology")
+    dep = t["spec"]["deployment"]
+    assert set(dep["filesFromConfigMap"]) == {n.name for n in topo.nodes}
+    # every bind of the definition is served by a ConfigMap file at the path the bind names (run dirs
+    # are created by docker)
+    defn = yaml.safe_load(t["spec"]["definition"]["containerlab"])
+    for name, n in defn["topology"]["nodes"].items():
+        served = {f["filePath"] for f in dep["filesFromConfigMap"][name]}
+        assert {b.split(":")[0] for b in n["binds"] if not b.split(":")[0].endswith("/run")} == served
+    pairs = [st.tors for st in topo.sets if len(st.tors) == 2]
+    terms = (dep.get("scheduling") or {}).get("affinity", {}).get("podAntiAffinity", {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution", [])
+    assert [t_["podAffinityTerm"]["labelSelector"]["matchExpressions"][0]["values"] for t_ in terms] == pairs
+
+
+def test_pre_07_api_group(validators, clab_validator):
+    out, _f, _t = _export(load_spec(EXAMPLES / "default.yml"), api="clabernetes.containerlab.dev")
+    t = next(o for o in _objects(out) if o["kind"] == "Topology")
+    assert t["apiVersion"] == "clabernetes.containerlab.dev/v1alpha1"
+
+
+def test_the_full_segment_fits_one_topology(validators, clab_validator):
+    """1 segment x 128 hosts x 8 rails, 60 aggs per plane: 264 nodes, 3008 links -- ~0.35 MB as a Topology."""
+    out, files, topo = _export(parse_spec(SEGMENT_FULL))
+    assert check(out, validators, clab_validator) == {"Topology": 1, "ConfigMap": len(topo.nodes)}
+    assert len(out["c9s/segfull.topology.yaml"].encode()) < c9s.MAX_OBJECT_BYTES
+
+
+@pytest.mark.parametrize("spec", [SEGMENT_FULL, "hpn-pod-15k"], ids=["segment-full-as-nodes", "pod-15k"])
+def test_nodes_and_links_for_the_largest_fabrics(spec, validators, clab_validator):
+    """The 15K Pod (2280 nodes, 45120 links) passes the object limit: Node + Link objects, one file each."""
+    sp = parse_spec(SEGMENT_FULL) if isinstance(spec, dict) else load_spec(EXAMPLES / f"{spec}.yml")
+    out, files, topo = _export(sp, force_nodes=isinstance(spec, dict))
+    if not isinstance(spec, dict):
+        assert len(files[f"{topo.name}.clab.yml"].encode()) > c9s.MAX_OBJECT_BYTES  # one Topology cannot hold it
+    cms = out.pop(f"c9s/{topo.name}.configmaps.yaml")
+    assert _configmaps(cms) == len(topo.nodes)
+    kinds = check(out, validators, clab_validator, sample=97)
+    assert kinds == {"Node": len(topo.nodes), "Link": len(topo.links)}
+    links = [o for o in _objects({k: v for k, v in out.items() if k.endswith("links.yaml")})]
+    names = {o["metadata"]["name"] for o in links}
+    assert len(names) == len(links) and all(len(n) <= 253 for n in names)  # unique, valid object names
+    # the compiler's name rule on every link of the paper's largest fabric
+    for o in links:
+        for e in ("endpointA", "endpointB"):
+            assert len(o["spec"][e]["nodeName"]) + len(o["spec"][e]["interfaceName"]) <= c9s.NAME_LIMIT
+
+
+@pytest.mark.parametrize("name", ["default", "stacked", "load-balance"])
+def test_the_fast_definition_is_the_rendered_one(name):
+    """Links taken from the topology instead of parsed from the rendered file: the same definition."""
+    topo = topology.build(load_spec(EXAMPLES / f"{name}.yml"))
+    text = render.render(topo)[f"{topo.name}.clab.yml"]
+    assert c9s.definition(text, topo) == c9s.definition(text)
+
+
+def _defn():
+    topo = topology.build(load_spec(EXAMPLES / "default.yml"))
+    return c9s.definition(render.render(topo)["hpn.clab.yml"])
+
+
+@pytest.mark.parametrize("breakage, words", [
+    (lambda d: d["topology"]["nodes"].update(br0={"kind": "bridge"}), "pseudo-node"),
+    (lambda d: d["topology"]["nodes"].update(h={"kind": "host"}), "pseudo-node"),
+    (lambda d: d["topology"]["links"].append({"type": "vxlan", "endpoint": {"node": "s0h0", "interface": "x"}}),
+     "type 'vxlan'"),
+    (lambda d: d["topology"]["links"].append({"type": "macvlan"}), "type 'macvlan'"),
+    (lambda d: d["topology"]["links"].append({"endpoints": ["s0h0:e1", "s0h1:e1", "s1h0:e1"]}), "exactly two"),
+    (lambda d: d["topology"]["links"].append({"endpoints": ["s0h0:e1", "host:veth9"]}), "names no node"),
+    (lambda d: d["topology"]["links"].append({"endpoints": ["s0h0:e1", "mgmt-net:s0h0-e1"]}), "names no node"),
+    (lambda d: d["topology"]["links"].append({"endpoints": ["s0h0:averylongiface", "s0h1:e1"]}), "at most 14"),
+    (lambda d: d["topology"]["links"].append({"endpoints": ["s0h0", "s0h1:e1"]}), "is not 'node:iface'"),
+])
+def test_each_compiler_rule_rejects_a_broken_export(breakage, words):
+    d = _defn()
+    assert c9s.compiler_problems(d) == []
+    breakage(d)
+    problems = c9s.compiler_problems(d)
+    assert problems and any(words in p for p in problems), problems
+
+
+def test_a_lab_the_compiler_would_reject_is_one_line_and_nothing_is_written(tmp_path, capsys):
+    from hpnlab.cli import main
+
+    spec = tmp_path / "ok.yml"
+    spec.write_text("name: ok\n")
+    topo = topology.build(parse_spec({"name": "t"}))
+    files = render.render(topo)
+    topo.links[0].a.iface = "r0p0withaverylongname"  # a name the launcher could not create
+    with pytest.raises(SpecError) as e:
+        c9s.export(files, topo)
+    assert "clabernetes would reject" in str(e.value) and "\n" not in str(e.value)
+    assert main(["generate", str(spec), "--target", "c9s", "--namespace", "Bad_NS", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--namespace" in err and "\n" not in err and not (tmp_path / "o").exists()
+    assert main(["generate", str(spec), "--c9s-nodes", "--out", str(tmp_path / "o")]) == 2
+    assert "--target c9s" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_nodes_and_links_on_request_for_a_small_lab(validators, clab_validator):
+    out, _f, topo = _export(load_spec(EXAMPLES / "default.yml"), force_nodes=True)
+    assert check(out, validators, clab_validator) == {"Node": 16, "Link": 32, "ConfigMap": 16}
+    node = next(o for o in _objects(out) if o["kind"] == "Node" and o["metadata"]["name"] == "s0r0a")
+    assert node["spec"]["sysctls"]["net.ipv4.fib_multipath_hash_seed"] == json.loads(
+        render.render(topo)["s0r0a/node.json"])["sysctls"]["net.ipv4.fib_multipath_hash_seed"].__str__()
+    with pytest.raises(SpecError, match="c9s.run"):
+        _export(load_spec(EXAMPLES / "default.yml"), api="clabernetes.containerlab.dev", force_nodes=True)
