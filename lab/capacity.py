@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import zlib
 
+from hpnlab.node.plan import burst_bytes, tbf_args, tc_batch  # noqa: F401 (re-exported: the plan lives with the node)
+
 SHARED_SEED = zlib.crc32(b"hpnlab shared switch seed")  # one ASIC model: every switch hashes alike
 # Switches hash with policy 3 (custom fields), not 1. Why: with policy 1 a router takes an skb's existing
 # L4 hash as is, and a locally generated TCP packet carries its socket's random txhash across every veth
@@ -23,7 +25,6 @@ SHARED_SEED = zlib.crc32(b"hpnlab shared switch seed")  # one ASIC model: every 
 # 5-tuple: a TCP connection's path changed from one connection to the next with the same 5-tuple (and on
 # every RTO rehash), whatever the seed. Policy 3 always dissects the packet: a real switch's 5-tuple hash.
 HASH_FIELDS = {"l3": 0x0003, "l4": 0x0037}  # src IP, dst IP (+ IP protocol, src port, dst port)
-MTU_FRAME = 1514
 
 
 def _seed_of(text: str) -> int:
@@ -56,23 +57,6 @@ def shape_of(link_class) -> dict | None:
     if link_class is None:
         return None
     return {"rate_kbit": max(1, round(link_class.rate_mbit * 1000)), "queue_bytes": link_class.queue_kb * 1024}
-
-
-def burst_bytes(rate_kbit: int) -> int:
-    """Bucket depth: 1 ms at the rate, never below two full frames (tbf drops a frame larger than its burst;
-    a larger burst lets short bursts past the rate)."""
-    return max(2 * MTU_FRAME, rate_kbit * 1000 // 8 // 1000)
-
-
-def tbf_args(shape: dict) -> list[str]:
-    return ["tbf", "rate", f"{shape['rate_kbit']}kbit", "burst", str(burst_bytes(shape["rate_kbit"])),
-            "limit", str(shape["queue_bytes"])]
-
-
-def tc_batch(cfg: dict) -> list[str]:
-    """One ``tc -batch`` line per shaped interface of a node (replace: idempotent, also after impair)."""
-    return [" ".join(["qdisc", "replace", "dev", i["name"], "root", "handle", "1:", *tbf_args(i["shape"])])
-            for i in cfg["interfaces"] if i.get("shape")]
 
 
 def parse_rate(text: str) -> int:

@@ -1,111 +1,11 @@
-"""Node configuration as data: sysctls, ``ip -batch`` lines and an nftables ruleset per node.
-
-Pure functions of a node's node.json, so every runtime applies the same plan inside the node's
-namespace (netns: ``ip netns exec``; containerlab: its /run/netns links) and tests read it without root.
-"""
+"""Node configuration as data, for the controller: the plan itself (sysctls, ``ip -batch``, ``tc -batch``,
+nftables) lives in hpnlab.node.plan, so that a node can configure itself from its node.json inside a
+container; this module re-exports it and adds what only the controller reads (a bond's state)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-ARP_DUP_MARK = 0x4850  # "HP": set on the original and the copy so neither is duplicated again
-NFT_TABLE = "hpnlab"
-
-
-def sysctls(cfg: dict) -> dict[str, int]:
-    out = dict(cfg["sysctls"])
-    if cfg["role"] == "tor":
-        for hp in cfg["host_ports"]:
-            ifc = hp["iface"]
-            out[f"net.ipv4.conf.{ifc}.rp_filter"] = 0
-            out[f"net.ipv6.conf.{ifc}.disable_ipv6"] = 1
-            # ARP proxy: answer every host ARP with our (virtual) MAC; the default 80 ms delay would hurt.
-            out[f"net.ipv4.conf.{ifc}.proxy_arp"] = 1 if cfg["mechanisms"]["arp_proxy"] else 0
-            out[f"net.ipv4.neigh.{ifc}.proxy_delay"] = 0
-    if cfg["role"] == "host":
-        out["net.ipv6.conf.all.disable_ipv6"] = 1
-        for nic in cfg["nics"]:
-            for ifc in nic["ports"]:
-                out[f"net.ipv4.conf.{ifc}.rp_filter"] = 0
-                out[f"net.ipv4.conf.{ifc}.arp_ignore"] = 1
-    return out
-
-
-def bond_name(rail: int) -> str:
-    return f"bond{rail}"
-
-
-def ip_batch(cfg: dict, driver: str = "userspace") -> list[str]:
-    """Addresses and link state. MACs are set where the runtime creates the links."""
-    lines = ["link set lo up"]
-    role = cfg["role"]
-    if role != "host":
-        lines.append(f"address replace {cfg['router_id']}/32 dev lo")
-        for i in cfg["interfaces"]:
-            lines.append(f"link set {i['name']} up")
-        if role == "tor":
-            for hp in cfg["host_ports"]:
-                lines.append(f"address replace {cfg['gateway']}/32 dev {hp['iface']} scope link")
-            # ARP-learned /32s forward at once from table 10, as a switch's host table does
-            # (whether they are also advertised in BGP is mechanisms.host_routes).
-            lines.append(f"rule add pref 100 lookup {cfg['table']}")
-        return lines
-    for nic in cfg["nics"]:
-        if driver == "bond":
-            b = bond_name(nic["rail"])
-            lacp = cfg["lacp"]  # the host side's actor: what the userspace agent sends, from the bond
-            lines.append(f"link add {b} address {nic['mac']} type bond mode 802.3ad "
-                         f"lacp_rate {'fast' if lacp['fast_rate'] else 'slow'} ad_actor_sys_prio "
-                         f"{lacp['system_priority']} ad_select stable miimon 100 xmit_hash_policy layer3+4")
-            for ifc in nic["ports"]:
-                lines += [f"link set {ifc} down", f"link set {ifc} master {b}"]
-            lines += [f"address replace {nic['ip']}/32 dev {b}", f"link set {b} up"]
-            lines.append(f"route replace {nic['subnet']} dev {b} src {nic['ip']}")
-            lines += [f"route replace {s} via {nic['gateway']} dev {b} onlink src {nic['ip']}"
-                      for s in nic["remote_subnets"]]
-        else:
-            for ifc in nic["ports"]:
-                lines += [f"address replace {nic['ip']}/32 dev {ifc}", f"link set {ifc} up"]
-    return lines
-
-
-def nft_ruleset(cfg: dict, driver: str = "userspace") -> str | None:
-    """Host ARP broadcast module: every ARP leaving one port of a NIC is copied out of the other.
-
-    netdev egress + dup, with a mark so the copy is not copied back (tc mirred both ways loops).
-    """
-    if cfg["role"] != "host" or not cfg["mechanisms"]["arp_duplication"] or driver == "bond":
-        return None
-    out = [f"table netdev {NFT_TABLE} {{"]
-    for nic in cfg["nics"]:
-        p0, p1 = nic["ports"]
-        for src, dst in ((p0, p1), (p1, p0)):
-            out += [f"  chain arpdup_{src} {{",
-                    f'    type filter hook egress device "{src}" priority 0; policy accept;',
-                    f"    ether type arp meta mark != {ARP_DUP_MARK:#x} meta mark set {ARP_DUP_MARK:#x} "
-                    f'dup to "{dst}"',
-                    "  }"]
-    out.append("}")
-    return "\n".join(out) + "\n"
-
-
-def agent_module(cfg: dict) -> str | None:
-    return {"tor": "hpnlab.node.tor", "host": "hpnlab.node.host"}.get(cfg["role"])
-
-
-def bonding_available() -> bool:
-    """Kernel bonding loaded or loadable (not on every kernel: this project's CI kernel has none)."""
-    if Path("/sys/module/bonding").exists():
-        return True
-    return any(Path(f"/lib/modules/{os.uname().release}/kernel/drivers/net/bonding").glob("bonding.ko*"))
-
-
-def host_driver(requested: str, bonding: bool) -> str:
-    """auto -> the production-faithful 802.3ad bond where the kernel has it, else the userspace agent."""
-    if requested == "auto":
-        return "bond" if bonding else "userspace"
-    return requested
+from hpnlab.node.plan import (ARP_DUP_MARK, NFT_TABLE, agent_module, bond_name, bonding_available,  # noqa: F401
+                              host_driver, ip_batch, nft_ruleset, sysctls)
 
 
 def parse_bonding(text: str) -> list[dict]:

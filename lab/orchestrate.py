@@ -65,6 +65,44 @@ def open_lab(name: str) -> tuple[Runtime, dict[str, dict]]:
     return rt, load_cfgs(rt)
 
 
+def adopt(clab_file: str, progress=None) -> tuple[Runtime, dict[str, dict]]:
+    """A lab that ``containerlab deploy -t <lab>.clab.yml`` brought up by itself (its nodes configure
+    themselves), taken into hpnlab's care: its state points at the generated folder (where each node's
+    run/ directory holds its boot and agent status), so verify, status, faults, probes, experiments and
+    ``down`` (containerlab destroy) work on it as on a lab from ``hpnlab up --runtime clab``."""
+    from pathlib import Path
+
+    from hpnlab.nodesetup import bonding_available, host_driver
+
+    progress = progress or (lambda m: None)
+    path = Path(clab_file).resolve()
+    folder = path.parent
+    if not path.is_file():
+        raise SpecError(f"attach: '{clab_file}' is not a file; give the <lab>.clab.yml that 'hpnlab generate' wrote")
+    topo, cfgs = load_nodes(folder)  # one line if the folder is not hpnlab's output
+    lab = check_lab_name(topo.get("name", ""), "topology.json name")
+    if path.name != f"{lab}.clab.yml":
+        raise SpecError(f"attach: '{path.name}' is not lab '{lab}''s topology ({lab}.clab.yml in {folder})")
+    if state_dir(lab).exists():
+        raise RuntimeFailure(f"lab '{lab}' is already known to hpnlab: use --lab {lab}")
+    rt = runtimes.get("clab")(lab)
+    missing = [n for n in cfgs if rt.netns(n) not in set(list_netns())]
+    if missing:
+        raise RuntimeFailure(f"lab '{lab}' is not deployed ({len(missing)} of {len(cfgs)} nodes missing, e.g. "
+                             f"{missing[0]}): 'containerlab deploy -t {path}' first")
+    st = rt.state.data
+    st.runtime, st.config, st.started, st.clab_topology = "clab", str(folder), time.time(), str(path)
+    st.host_driver = host_driver(next((c.get("driver") or "auto" for c in cfgs.values() if c["role"] == "host"),
+                                      "auto"), bonding_available())
+    st.netns = [rt.netns(n) for n in cfgs]
+    rt.state.dir.mkdir(parents=True, exist_ok=True)
+    os.symlink(folder, rt.config_dir)  # config_dir is <state>/config: the generated folder itself
+    rt.state.save()
+    progress(f"lab '{lab}': {len(cfgs)} containerlab nodes adopted from {folder}")
+    rt.wait_booted(list(cfgs), progress)
+    return rt, cfgs
+
+
 def _running_hint() -> str:
     labs = running_labs()
     return f" (running: {', '.join(labs)})" if labs else " (no lab is running: 'hpnlab up')"

@@ -71,14 +71,16 @@ def test_runtime_argv_goes_through_container_netns_and_docker_exec(tmp_path, mon
 
 
 def test_generated_binds_match_where_the_runtime_reads_agent_status():
+    from hpnlab.node import boot
+
     topo = build(load_spec())
     doc = yaml.safe_load(render(topo)[f"{topo.name}.clab.yml"])
     for name, node in doc["topology"]["nodes"].items():
         binds = dict(b.split(":")[:2] for b in node["binds"])
-        assert binds[f"{name}/node.json"] == clab.NODE_JSON
+        assert binds[f"{name}/node.json"] == str(boot.NODE_JSON)  # where the node's boot reads its plan
         role = node["labels"]["hpnlab.role"]
-        if role in ("tor", "host"):
-            assert binds[f"{name}/run"] == clab.NODE_RUN  # rt.node_run_dir(name) from outside
+        # every node reports boot.json there, agents their status: rt.node_run_dir(name) from outside
+        assert binds[f"{name}/run"] == str(boot.RUN)
         if role != "host":
             assert binds[f"{name}/frr.conf"] == "/etc/frr/frr.conf"
     groups = doc["topology"]["groups"]

@@ -202,3 +202,30 @@ def test_failover_experiment_runs_unchanged(rtlab, tmp_path):
     assert all(s["recovered"] for s in streams.values())
     for i in range(4):  # the experiment's labs are gone
         assert rtlab.leftovers(f"xp{i}") == []
+
+
+def test_containerlab_deploy_alone_gives_a_lab_attach_finds_healthy(rtlab, tmp_path):
+    """The generated topology is a complete lab: 'containerlab deploy -t' and nothing else (each node
+    configures itself), then 'hpnlab attach' only records it and verifies it."""
+    if rtlab.runtime == "netns":
+        _skip("a containerlab topology needs a container runtime (this is the netns half)")
+    spec = tmp_path / "rta.yml"
+    spec.write_text((ROOT / "examples" / "default.yml").read_text().replace("name: hpn", "name: rta"))
+    out = tmp_path / "out"
+    rtlab.hpnlab("generate", str(spec), "--out", str(out))
+    topo = out / "rta.clab.yml"
+    deploy = subprocess.run(["containerlab", "deploy", "-t", str(topo)], capture_output=True, text=True,
+                            env=rtlab.env, timeout=600)
+    try:
+        assert deploy.returncode == 0, deploy.stderr[-2000:]
+        res = json.loads(rtlab.hpnlab("attach", str(topo), "--json", timeout=300).stdout)
+        assert res["ok"] is True and res["lab"] == "rta"
+        boot = json.loads((out / "s0r0a" / "run" / "boot.json").read_text())
+        assert boot["done"] and [s["step"] for s in boot["steps"]][-1] == "agent hpnlab.node.tor"
+        assert rtlab.hpnlab("verify", "--lab", "rta").returncode == 0
+        again = rtlab.hpnlab("attach", str(topo), check=False)
+        assert again.returncode == 1 and "already known" in again.stderr
+    finally:
+        rtlab.hpnlab("down", "--lab", "rta", check=False)
+        subprocess.run(["containerlab", "destroy", "-t", str(topo)], capture_output=True, env=rtlab.env, timeout=300)
+    assert clab_leftovers("rta") == [] and topo.exists()  # the user's files stay

@@ -9,7 +9,7 @@ import sys
 
 from hpnlab import frr, runtime as runtimes, verify
 from hpnlab.errors import RuntimeFailure, SpecError
-from hpnlab.orchestrate import Progress, bring_up, need_root, open_lab, resolve_lab, tear_down
+from hpnlab.orchestrate import Progress, adopt, bring_up, need_root, open_lab, resolve_lab, tear_down, wait_healthy
 from hpnlab.proc import pid_alive
 from hpnlab.runtime.base import Runtime, state_dir
 from hpnlab.spec import load_spec
@@ -52,6 +52,25 @@ def down(args) -> int:
         progress(f"lab '{lab}' is not running: nothing to do")
         return 0
     progress(f"lab '{lab}' removed")
+    return 0
+
+
+def attach(args) -> int:
+    need_root("hpnlab attach")
+    progress = Progress(args.json)
+    rt, cfgs = adopt(args.topology, progress)
+    checks = wait_healthy(rt, cfgs, args.timeout, progress)
+    ok = verify.complete(checks)
+    if args.json:
+        json.dump({"lab": rt.lab, "ok": ok, "checks": checks}, sys.stdout, indent=1)
+        print()
+    else:
+        print_checks(checks)
+    if not ok:
+        failing = next(c for c in checks if not c["ok"])
+        raise RuntimeFailure(f"lab '{rt.lab}' not healthy after {args.timeout:g} s: {failing['name']}: "
+                             f"{failing['detail']}")
+    progress(f"lab '{rt.lab}' attached and verified (hpnlab status / run / down --lab {rt.lab})")
     return 0
 
 
@@ -184,6 +203,15 @@ def add_parsers(sub) -> None:
     u.add_argument("--keep", action="store_true", help="leave an unhealthy lab up for debugging")
     u.add_argument("--json", action="store_true", help="print the verify result as JSON")
     u.set_defaults(func=up)
+
+    a = sub.add_parser("attach", help="take a lab 'containerlab deploy' brought up by itself into hpnlab's care",
+                       description="For a lab deployed with 'containerlab deploy -t OUT/<lab>.clab.yml' (from "
+                                   "'hpnlab generate'): wait until its nodes have configured themselves, record it "
+                                   "so that verify, status, fail, probe, run and down work on it, and verify it.")
+    a.add_argument("topology", help="the <lab>.clab.yml that containerlab deployed (its folder is hpnlab's output)")
+    a.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=attach)
 
     d = sub.add_parser("down", help="remove a lab and everything it created (idempotent)")
     d.add_argument("spec", nargs="?", help="spec of the lab to remove (or use --lab)")

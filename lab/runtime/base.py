@@ -5,6 +5,8 @@ faults and probes use only that, so they work on every runtime. A deploy is one 
 
     preflight -> create nodes -> configure (sysctls, addresses, nftables) -> start FRR -> start agents
 
+(a self-configuring runtime, whose node images run that plan themselves at start, waits instead)
+
 and ``destroy`` undoes it. A runtime subclass provides only the steps that differ (how nodes are created
 and removed, how FRR and an agent are started, how vtysh reaches a router), and registers itself with
 ``@register``: a new runtime is one file in this package, named like the runtime.
@@ -104,6 +106,7 @@ class Runtime:
     """Base of the runtimes: the shared deploy plan and everything that only needs a node's namespace."""
 
     name = "base"
+    self_configuring = False  # True: nodes configure themselves at start (container images)
 
     def __init__(self, lab: str, state: State | None = None):
         self.lab = lab
@@ -127,10 +130,11 @@ class Runtime:
     def create_nodes(self, topo: dict, cfgs: dict[str, dict], progress: Progress) -> None:
         raise NotImplementedError
 
-    def after_configure(self, node: str) -> None:
-        """A runtime's own last touch on a configured node (containers: drop the management default route)."""
-
     def start_frr(self, routers: list[str], cfgs: dict[str, dict]) -> None:
+        raise NotImplementedError
+
+    def wait_booted(self, nodes: list[str], progress: Progress) -> None:
+        """Self-configuring runtimes: until every node reports it is configured."""
         raise NotImplementedError
 
     def start_agent(self, node: str, cfg: dict) -> None:
@@ -178,6 +182,9 @@ class Runtime:
         st.netns = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists
         self.state.save()
         self.create_nodes(topo, cfgs, progress)
+        if self.self_configuring:  # each node applies its node.json itself (hpnlab.node.boot)
+            self.wait_booted(list(cfgs), progress)
+            return
         progress("configuring nodes (sysctls, addresses, nftables)")
         with ThreadPoolExecutor(max_workers=8) as ex:
             list(ex.map(lambda kv: self.configure_node(*kv), cfgs.items()))
@@ -205,7 +212,6 @@ class Runtime:
         rules = nodesetup.nft_ruleset(cfg, self.driver)
         if rules:
             self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
-        self.after_configure(node)
 
     # --- running things in a node ---------------------------------------------------------------------
     def exec_argv(self, node: str, argv: list[str]) -> list[str]:

@@ -1,7 +1,8 @@
 """The containerlab runtime: containerlab creates the containers and veths from the generated
-``<lab>.clab.yml``; everything after that is the namespace runtime's plan, applied through the
-containers' namespaces (containerlab links them as /run/netns/clab-<lab>-<node>), with FRR and the
-agents started inside the containers by ``docker exec``.
+``<lab>.clab.yml``, and each container configures itself from its bound node.json (the image's init runs
+hpnlab.node.boot: the same plan as the namespace runtime's, then FRR and the agent), so this runtime only
+deploys and waits. Faults, probes and vtysh reach the nodes through their namespaces (containerlab links
+them as /run/netns/clab-<lab>-<node>) and ``docker exec``.
 
 containerlab and docker are only ever called here, through subprocess without a shell, with timeouts,
 and their own error line is shown when they fail.
@@ -13,10 +14,9 @@ import json
 import os
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hpnlab import containers, frr, nodesetup
+from hpnlab import containers, frr
 from hpnlab.errors import RuntimeFailure
 from hpnlab.proc import cmdline, is_node_process, kill_pids, run
 from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, register
@@ -27,8 +27,6 @@ DOCKER = "docker"
 DESTROY_TIMEOUT = 300.0
 INSPECT_TIMEOUT = 60.0
 # Inside the containers (see templates/clab and docker/): where a node's run directory is bound.
-NODE_JSON = "/etc/hpnlab/node.json"
-NODE_RUN = "/run/hpnlab"
 INSTALL = "install it (https://containerlab.dev/install/: bash -c \"$(curl -sL https://get.containerlab.dev)\")"
 NETNS_HINT = "or use '--runtime netns', which needs no Docker"
 
@@ -95,6 +93,7 @@ def parse_inspect(text: str, lab: str) -> dict[str, dict]:
 @register
 class ClabRuntime(Runtime):
     name = "clab"
+    self_configuring = True
 
     @classmethod
     def preflight(cls, spec) -> None:
@@ -156,28 +155,39 @@ class ClabRuntime(Runtime):
             raise RuntimeFailure(f"containerlab deploy returned but /run/netns/{missing[0]} is missing "
                                  f"({len(missing)} of {len(cfgs)} nodes)")
 
-    def after_configure(self, node: str) -> None:
-        self.drop_default_route(node)
+    def boot_path(self, node: str) -> Path:
+        return self.node_run_dir(node) / "boot.json"
 
-    def drop_default_route(self, node: str) -> None:
-        """As on the namespace runtime, no default route: lab traffic never leaves through containerlab's
-        management network (its connected subnet stays, so the containers remain reachable from here)."""
-        for fam in ("-4", "-6"):
-            run(["ip", fam, "-n", self.netns(node), "route", "flush", "exact", "default"], check=False)
-
-    def start_frr(self, routers: list[str], cfgs: dict[str, dict]) -> None:
-        """The image's own FRR start script (watchfrr + the daemons file containerlab bound in)."""
-        def one(node: str) -> None:
-            run(self.docker_exec(node, [str(frr.BIN / "frrinit.sh"), "start"]), timeout=120,
-                what=f"{node}: FRR start")
-
-        with ThreadPoolExecutor(max_workers=8) as ex:
-            list(ex.map(one, routers))
-
-    def start_agent(self, node: str, cfg: dict) -> None:
-        argv = ["python3", "-m", nodesetup.agent_module(cfg), NODE_JSON,
-                "--status", f"{NODE_RUN}/status.json", "--log", f"{NODE_RUN}/agent.log"]
-        run(self.docker_exec(node, argv, detach=True), timeout=60, what=f"{node}: agent start")
+    def wait_booted(self, nodes: list[str], progress: Progress) -> None:
+        """The containers configure themselves (docker/hpnlab-init runs hpnlab.node.boot): poll each
+        node's boot.json (in its bound run directory) until all are done; a node that reports an error
+        fails the deploy with its line, and the slowest are named while waiting."""
+        deadline = time.monotonic() + deploy_timeout()
+        last = 0.0
+        while True:
+            states = {}
+            for n in nodes:
+                try:
+                    states[n] = json.loads(self.boot_path(n).read_text())
+                except (OSError, ValueError):
+                    states[n] = None
+            failed = [(n, s["error"]) for n, s in states.items() if s and s.get("error")]
+            if failed:
+                raise RuntimeFailure(f"{failed[0][0]}: configuring itself failed: {failed[0][1]} "
+                                     f"(see {self.node_run_dir(failed[0][0]) / 'boot.log'})")
+            late = [n for n, s in states.items() if not (s and s.get("done"))]
+            if not late:
+                progress(f"{len(nodes)} nodes configured themselves (addresses, capacity, FRR, agents)")
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"{len(late)} nodes did not finish configuring themselves within "
+                                     f"{deploy_timeout():g} s: {', '.join(late[:4])}")
+            if time.monotonic() - last > 2:
+                s = states.get(late[0]) or {}
+                progress(f"waiting for {len(late)}/{len(nodes)} nodes to configure themselves; {late[0]}: "
+                         f"{s.get('waiting') or (s.get('steps') or [{}])[-1].get('step') or 'not started'}")
+                last = time.monotonic()
+            time.sleep(0.2)
 
     # --- what runs where -----------------------------------------------------------------------------
     def _pids_matching(self, node: str, match) -> list[int]:
