@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import json
 import subprocess
 import sys
@@ -128,10 +129,11 @@ class Probes:
               "--sport-base", str(self.sport_base), "--duration", "86400", "--start-at", f"{start_at:.3f}",
               "--out", str(self.dir / "tx.json")]
         for node, argv in ((self.dst, rx), (self.src, tx)):
-            with open(self.dir / "probe.log", "a") as log:
-                self._procs.append(subprocess.Popen(self.lab.runtime.exec_argv(node, argv), stdout=log,
-                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                    start_new_session=True))
+            full, report = self.lab.runtime.tool_argv(node, argv)  # remote channels: the report on stdout
+            with open(self.dir / "probe.log", "a") as log, open(report or os.devnull, "w") as rep:
+                self._procs.append(subprocess.Popen(full, stdout=rep if report else log,
+                                                    stderr=log if report else subprocess.STDOUT,
+                                                    stdin=subprocess.DEVNULL, start_new_session=True))
         while time.time() < start_at + 0.05:  # flows are running when the block starts
             time.sleep(0.02)
         self.lab._probe_runs.append(self.dir)

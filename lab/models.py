@@ -107,6 +107,8 @@ class LabState(_Model):
     faults: list[FaultRecord] = []  # applied and not yet reverted, with their undo recipes
     impairments: dict[str, dict[str, float]] = {}  # "node:iface" -> rate/queue/loss/delay in force
     clab_topology: str | None = None
+    k8s_namespace: str | None = None  # c9s runtime: where its clabernetes objects live
+    k8s_context: str | None = None
     owner_pid: int | None = Field(None, description="the hpnlab process deploying it (while it deploys)")
 
 

@@ -145,7 +145,12 @@ def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress
     rt = cls(lab, State(lab, LabState(lab=lab, runtime=runtime, owner_pid=os.getpid())))
     try:
         rt.state.save()
-        render.write(render.render(topo), rt.config_dir)
+        files = render.render(topo)
+        if runtime == "c9s":  # the clabernetes objects kubectl applies
+            from hpnlab import c9s
+
+            files.update(c9s.export(files, topo, namespace=rt.state.data.k8s_namespace))
+        render.write(files, rt.config_dir)
         progress(f"lab '{lab}': {topology.summary(topo)['links']} links, rendered to {rt.config_dir}")
         rt.deploy(progress)
         cfgs = load_cfgs(rt)

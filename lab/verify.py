@@ -11,7 +11,6 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from hpnlab.proc import pid_alive
 from hpnlab.runtime.base import Runtime
 
 HEARTBEAT_MAX_AGE = 3.0
@@ -23,10 +22,7 @@ def _check(name: str, ok: bool, detail: str) -> dict:
 
 
 def read_status(rt: Runtime, node: str) -> dict | None:
-    try:
-        return json.loads(rt.status_path(node).read_text())
-    except (OSError, ValueError):
-        return None
+    return rt.read_status(node)
 
 
 def bonded(rt: Runtime, cfg: dict) -> bool:
@@ -75,17 +71,15 @@ def check_config(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
 
 def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     out = []
-    now = time.time()
     for n, c in cfgs.items():
         if c["role"] not in ("tor", "host") or bonded(rt, c):
             continue
         st = read_status(rt, n)
-        pid = rt.agent_pid(n)
-        if pid is None or not pid_alive(pid):
-            what = "no agent process" if pid is None else f"agent process {pid} is not running"
+        alive, what = rt.agent_alive(n)
+        if not alive:
             out.append(_check(f"agent {n}", False, f"{what} (see {rt.agent_log(n)})"))
-        elif st is None or now - st["time"] > HEARTBEAT_MAX_AGE:
-            age = "never" if st is None else f"{now - st['time']:.1f} s ago"
+        elif st is None or st["age"] > HEARTBEAT_MAX_AGE:
+            age = "never" if st is None else f"{st['age']:.1f} s ago"
             out.append(_check(f"agent {n}", False, f"no heartbeat (last {age})"))
         elif (st.get("stack") or {}).get("shut") or (st.get("stack") and not st["stack"]["sync_ok"]):
             sk = st["stack"]
@@ -97,7 +91,7 @@ def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
             out.append(_check(f"agent {n}", False, f"host ports held down for {hd['held_for']:g} s (bound "
                                                    f"{hd['bound_s']:g} s): no route yet to {', '.join(hd['missing'])}"))
         else:
-            out.append(_check(f"agent {n}", True, f"pid {pid}, heartbeat {now - st['time']:.1f} s ago"))
+            out.append(_check(f"agent {n}", True, f"{what}, heartbeat {st['age']:.1f} s ago"))
     return out
 
 

@@ -12,7 +12,6 @@ import math
 
 from hpnlab import capacity
 from hpnlab.errors import RuntimeFailure, SpecError
-from hpnlab.proc import run
 from hpnlab.runtime.base import Runtime
 
 KEYS = {"rate": "egress rate, e.g. 10mbit, 500kbit, 1gbit",
@@ -96,16 +95,15 @@ def apply(rt: Runtime, cfgs: dict, node: str, iface: str, settings: dict) -> dic
     shape = ifc.get("shape") or {}
     rate = now.get("rate_kbit", shape.get("rate_kbit"))
     queue = now.get("queue_bytes", shape.get("queue_bytes", DEFAULT_QUEUE_KB * 1024))
-    ns = rt.netns(node)
     if rate:
-        run(["tc", "-n", ns, "qdisc", "replace", "dev", iface, "root", "handle", "1:",
-             *capacity.tbf_args({"rate_kbit": rate, "queue_bytes": queue})], what=f"{key}: rate")
+        rt.run(node, ["tc", "qdisc", "replace", "dev", iface, "root", "handle", "1:",
+                      *capacity.tbf_args({"rate_kbit": rate, "queue_bytes": queue})], what=f"{key}: rate")
         if "delay_ms" in now:
-            run(["tc", "-n", ns, "qdisc", "replace", "dev", iface, "parent", "1:1", "handle", "10:", "netem",
-                 "delay", f"{now['delay_ms']:g}ms"], what=f"{key}: delay")
+            rt.run(node, ["tc", "qdisc", "replace", "dev", iface, "parent", "1:1", "handle", "10:", "netem",
+                          "delay", f"{now['delay_ms']:g}ms"], what=f"{key}: delay")
     elif "delay_ms" in now:
-        run(["tc", "-n", ns, "qdisc", "replace", "dev", iface, "root", "handle", "1:", "netem", "delay",
-             f"{now['delay_ms']:g}ms"], what=f"{key}: delay")
+        rt.run(node, ["tc", "qdisc", "replace", "dev", iface, "root", "handle", "1:", "netem", "delay",
+                      f"{now['delay_ms']:g}ms"], what=f"{key}: delay")
     if "loss_pct" in now:
         n = max(1, round(now["loss_pct"] * 100))
         rules = (f"table netdev {table(iface)} {{\n  chain loss {{\n"
@@ -129,12 +127,11 @@ def netem_available(rt: Runtime, node: str) -> bool:
 def restore(rt: Runtime, cfgs: dict, node: str, iface: str) -> None:
     """What the spec says for this link end: its tbf (or no qdisc), no loss table."""
     ifc = _iface(cfgs, node, iface)
-    ns = rt.netns(node)
     if ifc.get("shape"):
-        run(["tc", "-n", ns, "qdisc", "replace", "dev", iface, "root", "handle", "1:",
-             *capacity.tbf_args(ifc["shape"])], check=False)
+        rt.run(node, ["tc", "qdisc", "replace", "dev", iface, "root", "handle", "1:",
+                      *capacity.tbf_args(ifc["shape"])], check=False)
     else:
-        run(["tc", "-n", ns, "qdisc", "del", "dev", iface, "root"], check=False)
+        rt.run(node, ["tc", "qdisc", "del", "dev", iface, "root"], check=False)
     rt.run(node, ["nft", "delete", "table", "netdev", table(iface)], check=False)
 
 

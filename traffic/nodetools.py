@@ -105,13 +105,16 @@ class Capture:
         if not shutil.which("tcpdump"):
             raise RuntimeFailure("tcpdump not found: install Debian's tcpdump (sudo ./bootstrap install)")
         self.out = Path(out).resolve()
-        argv = ["tcpdump", "-i", iface, "-w", str(self.out), "-U", "-n", "-s", str(snaplen)]
+        # over a remote channel the pcap streams back on stdout (the node cannot write our files)
+        remote = rt.channel.remote
+        argv = ["tcpdump", "-i", iface, "-w", "-" if remote else str(self.out), "-U", "-n", "-s", str(snaplen)]
         if count:
             argv += ["-c", str(count)]
         if filter:
             argv += [filter]  # one argument: tcpdump parses it, no shell involved
+        self._sink = open(self.out, "wb") if remote else None
         self.proc = subprocess.Popen(rt.exec_argv(node, argv), stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+                                     stdout=self._sink, start_new_session=True)
         self.summary = ""
 
     def wait(self, timeout: float | None) -> None:
@@ -128,6 +131,8 @@ class Capture:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             _, err = self.proc.communicate()
+        if self._sink:
+            self._sink.close()
         if not self.out.exists():
             raise RuntimeFailure(f"tcpdump wrote nothing: {(err or '').strip().splitlines()[-1:]}")
         self.summary = next((ln for ln in (err or "").splitlines() if "captured" in ln), "")

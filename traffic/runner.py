@@ -116,9 +116,11 @@ class Repetition:
         self.timeline: list[dict] = []
 
     def _spawn(self, node: str, argv: list[str], out: Path | None) -> subprocess.Popen:
+        full, report = self.rt.tool_argv(node, argv)  # remote channels: the report comes on stdout
+        out = out or report
         with open(self.dir / "processes.log", "a") as log, open(out or os.devnull, "w") as stdout:
             # the child holds its own copies; ours close here (no descriptor per process left open)
-            return subprocess.Popen(self.rt.exec_argv(node, argv), stdout=stdout if out else log, stderr=log,
+            return subprocess.Popen(full, stdout=stdout if out else log, stderr=log,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
 
     def run(self) -> dict:

@@ -197,8 +197,9 @@ def add_parsers(sub) -> None:
                                    "Any error or Ctrl-C rolls everything back.")
     u.add_argument("spec", nargs="?", help="lab spec YAML (default: examples/default.yml)")
     u.add_argument("--runtime", default="netns", choices=runtimes.names(),
-                   help="netns (default: network namespaces, no Docker) or clab (containerlab + Docker, images "
-                        "from 'hpnlab images build'; HPNLAB_CLAB_TIMEOUT bounds the deploy, default 600 s)")
+                   help="netns (default: network namespaces, no Docker), clab (containerlab + Docker, images "
+                        "from 'hpnlab images build'; HPNLAB_CLAB_TIMEOUT bounds the deploy, default 600 s) or c9s "
+                        "(Kubernetes with clabernetes through kubectl; HPNLAB_K8S_NAMESPACE, HPNLAB_C9S_TIMEOUT)")
     u.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
     u.add_argument("--keep", action="store_true", help="leave an unhealthy lab up for debugging")
     u.add_argument("--json", action="store_true", help="print the verify result as JSON")

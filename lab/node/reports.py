@@ -28,6 +28,14 @@ def wait_until(t_epoch: float) -> None:
 
 
 def write_json(report: dict, out: str) -> None:
+    """Atomically to ``out``; ``-``: on standard output (a node reached over a remote exec channel, whose
+    files the controller cannot read, hands its report back this way)."""
+    if out == "-":
+        import sys
+
+        json.dump(report, sys.stdout)
+        sys.stdout.flush()
+        return
     tmp = out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(report, f)

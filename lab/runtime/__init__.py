@@ -10,8 +10,11 @@ from hpnlab.errors import SpecError
 from hpnlab.runtime.base import REGISTRY, Runtime
 
 
+NOT_RUNTIMES = {"base", "channel"}  # the shared plan and the exec channels: parts of every runtime
+
+
 def names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "base")
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in NOT_RUNTIMES)
 
 
 def get(name: str) -> type[Runtime]:

@@ -27,6 +27,7 @@ from hpnlab import capacity, nodesetup
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
+from hpnlab.runtime.channel import Channel, NetnsChannel
 from hpnlab.spec import check_lab_name
 
 STATE_ROOT = Path(os.environ.get("HPNLAB_STATE_ROOT", "/run/hpnlab"))
@@ -107,6 +108,7 @@ class Runtime:
 
     name = "base"
     self_configuring = False  # True: nodes configure themselves at start (container images)
+    channel: Channel = NetnsChannel()  # how a command reaches a node (runtime/channel.py)
 
     def __init__(self, lab: str, state: State | None = None):
         self.lab = lab
@@ -214,8 +216,37 @@ class Runtime:
             self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
 
     # --- running things in a node ---------------------------------------------------------------------
+    def exec_target(self, node: str) -> str:
+        """What the channel needs to find the node (a namespace here; a pod and container elsewhere)."""
+        return self.netns(node)
+
     def exec_argv(self, node: str, argv: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.netns(node), *argv]
+        return self.channel.argv(self.exec_target(node), argv)
+
+    def tool_argv(self, node: str, argv: list[str]) -> tuple[list[str], Path | None]:
+        """A node tool's command; over a remote channel its ``--out`` report comes back on standard output
+        instead, and the second value says which local file to write that output to."""
+        if not self.channel.remote or "--out" not in argv:
+            return self.exec_argv(node, argv), None
+        i = argv.index("--out")
+        return self.exec_argv(node, [*argv[:i + 1], "-", *argv[i + 2:]]), Path(argv[i + 1])
+
+    def read_status(self, node: str) -> dict | None:
+        """The agent's status with ``age``: seconds since its heartbeat, on the node's own clock."""
+        try:
+            st = json.loads(self.status_path(node).read_text())
+        except (OSError, ValueError):
+            return None
+        st["age"] = time.time() - st.get("time", 0)
+        return st
+
+    def agent_alive(self, node: str) -> tuple[bool, str]:
+        pid = self.agent_pid(node)
+        from hpnlab.proc import pid_alive
+
+        if pid is None:
+            return False, "no agent process"
+        return pid_alive(pid), f"pid {pid}" if pid_alive(pid) else f"agent process {pid} is not running"
 
     def run(self, node: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
         kw.setdefault("what", f"{node}: {argv[0]}")

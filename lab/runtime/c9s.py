@@ -1,0 +1,145 @@
+"""The Kubernetes runtime: a lab on clabernetes, reached only through ``kubectl``.
+
+``hpnlab up --runtime c9s`` writes the clabernetes objects (``hpnlab generate --target c9s``: a Topology,
+or Node + Link objects, and ConfigMaps) and applies them with ``kubectl apply``; clabernetes starts one
+launcher pod per node, each node configures itself from its node.json (hpnlab.node.boot), and this
+runtime waits for every node's boot report. Everything else (verify, faults, probes, captures,
+experiments) goes through the kubectl exec channel (runtime/channel.py): ``kubectl exec`` into the node's
+launcher deployment ``<lab>-<node>`` (clabernetes' "prefixed" naming), then ``docker exec`` into the
+node's container there, named ``clab-<lab>-<node>`` as containerlab names it (``HPNLAB_C9S_CONTAINER``
+overrides the pattern, with ``{lab}`` and ``{node}``). Clocks differ between pods: agent heartbeats are
+aged on the pod's own clock, and gaps are measured on receiver timestamps.
+
+What the namespace and Docker runtimes read from this machine (a node's process list for the ``hang``
+fault, FRR PIDs for ``status``) is not reachable here; those say so in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from hpnlab import frr
+from hpnlab.errors import RuntimeFailure
+from hpnlab.proc import run
+from hpnlab.runtime.base import Progress, Runtime, register
+from hpnlab.runtime.channel import KubectlChannel
+
+KUBECTL = os.environ.get("HPNLAB_KUBECTL", "kubectl")
+TIMEOUT = float(os.environ.get("HPNLAB_C9S_TIMEOUT", "900"))
+STATUS = "/run/hpnlab/status.json"
+BOOT = "/run/hpnlab/boot.json"
+# prints a file and the pod's own clock, so ages are computed on one clock
+AGED = "import json,sys,time;print(json.dumps({'now':time.time(),'doc':open(sys.argv[1]).read()}))"
+
+
+@register
+class C9sRuntime(Runtime):
+    name = "c9s"
+    self_configuring = True
+
+    def __init__(self, lab: str, state=None):
+        super().__init__(lab, state)
+        st = self.state.data
+        self.channel = KubectlChannel(st.k8s_namespace or os.environ.get("HPNLAB_K8S_NAMESPACE"), st.k8s_context,
+                                      KUBECTL)
+
+    @classmethod
+    def preflight(cls, spec) -> None:
+        if not shutil.which(KUBECTL):
+            raise RuntimeFailure(f"'{KUBECTL}' not found: the c9s runtime drives a Kubernetes cluster running "
+                                 f"clabernetes through kubectl (install it and point it at the cluster)")
+
+    def netns(self, node: str) -> str:
+        return f"{self.lab}-{node}"  # the launcher deployment: no Linux namespace on this machine
+
+    def exec_target(self, node: str) -> str:
+        pattern = os.environ.get("HPNLAB_C9S_CONTAINER", "clab-{lab}-{node}")
+        return f"{self.lab}-{node}/{pattern.format(lab=self.lab, node=node)}"
+
+    def refuse_foreign(self, nodes: list[str]) -> None:
+        r = run([*self._kubectl(), "get", "topologies.c9s.run,nodes.c9s.run", "-l", f"hpnlab/lab={self.lab}",
+                 "-o", "name"], check=False, timeout=60, what="kubectl get")
+        if r.returncode == 0 and r.stdout.strip():
+            raise RuntimeFailure(f"clabernetes objects of a lab named '{self.lab}' already exist "
+                                 f"({r.stdout.split()[0]}): delete them or choose another lab name")
+
+    def _kubectl(self) -> list[str]:
+        ch = self.channel
+        return [KUBECTL] + (["--context", ch.context] if ch.context else []) + \
+            (["-n", ch.namespace] if ch.namespace else [])
+
+    @property
+    def objects_dir(self) -> Path:
+        return self.config_dir / "c9s"
+
+    def create_nodes(self, topo: dict, cfgs: dict[str, dict], progress: Progress) -> None:
+        if not self.objects_dir.is_dir():
+            raise RuntimeFailure(f"{self.objects_dir} is missing: the lab was rendered without its clabernetes "
+                                 f"objects")
+        progress(f"kubectl apply: {len(cfgs)} clabernetes nodes (objects in {self.objects_dir})")
+        run([*self._kubectl(), "apply", "-f", str(self.objects_dir)], timeout=TIMEOUT, what="kubectl apply")
+
+    def _aged(self, node: str, path: str) -> dict | None:
+        r = run(self.exec_argv(node, ["python3", "-c", AGED, path]), check=False, timeout=30)
+        if r.returncode != 0:
+            return None
+        try:
+            wrap = json.loads(r.stdout)
+            doc = json.loads(wrap["doc"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        doc["age"] = wrap["now"] - doc.get("time", wrap["now"])
+        return doc
+
+    def wait_booted(self, nodes: list[str], progress: Progress) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        done: set[str] = set()
+        while True:
+            for n in nodes:
+                if n in done:
+                    continue
+                st = self._aged(n, BOOT)
+                if st and st.get("error"):
+                    raise RuntimeFailure(f"{n}: configuring itself failed: {st['error']}")
+                if st and st.get("done"):
+                    done.add(n)
+            late = [n for n in nodes if n not in done]
+            if not late:
+                progress(f"{len(nodes)} nodes configured themselves")
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"{len(late)} nodes did not configure themselves within {TIMEOUT:g} s: "
+                                     f"{', '.join(late[:4])}")
+            progress(f"waiting for {len(late)}/{len(nodes)} nodes (pods scheduling, images, links): {late[0]} ...")
+            time.sleep(2)
+
+    def read_status(self, node: str) -> dict | None:
+        return self._aged(node, STATUS)
+
+    def agent_alive(self, node: str) -> tuple[bool, str]:
+        st = self.read_status(node)  # no process table from here: a fresh heartbeat is the agent alive
+        return (st is not None, "heartbeat" if st else "no agent status in the pod")
+
+    def vtysh_argv(self, node: str, commands: list[str], tty: bool = False) -> list[str]:
+        return self.channel.argv(self.exec_target(node), frr.vtysh_argv(None, commands), tty=tty)
+
+    def shell_argv(self, node: str, shell: str) -> list[str]:
+        return self.channel.argv(self.exec_target(node), [shell], tty=True)
+
+    def netns_pids(self, node: str) -> list[int]:
+        raise RuntimeFailure("this needs the node's process list, which kubectl exec does not give this machine "
+                             "(the hang fault: use dataplane-dead or power-off on the c9s runtime)")
+
+    def frr_pids(self) -> dict[int, str]:
+        return {}
+
+    def destroy(self, progress: Progress) -> None:
+        if self.objects_dir.is_dir() and shutil.which(KUBECTL):
+            progress("kubectl delete: the lab's clabernetes objects")
+            run([*self._kubectl(), "delete", "-f", str(self.objects_dir), "--ignore-not-found"], timeout=TIMEOUT,
+                what="kubectl delete")
+        self.remove_state()
