@@ -48,6 +48,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         files.update(c9s.export(files, topo, args.c9s_api, args.namespace, force_nodes=args.c9s_nodes))
     elif args.c9s_api != "c9s.run" or args.namespace or args.c9s_nodes:
         raise SpecError("--c9s-api, --namespace and --c9s-nodes go with --target c9s")
+    if args.hosts is not None or args.host_addrs:
+        from hpnlab import multihost
+
+        addrs = [a for a in (args.host_addrs or "").split(",") if a] or None
+        files.update(multihost.split(files, topo, args.hosts or len(addrs or []), addrs))
     out = render.write(files, args.out)
     summ = topology.summary(topo)
     summ.update({"out": str(out), "files": len(files), "seconds": round(time.monotonic() - t0, 3)})
@@ -65,6 +70,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"  path search per host: O({'x'.join(map(str, ps['factors']))}) = {ps['complexity']}")
     print(f"  topology: {out / 'topology.json'}   containerlab: {out / (topo.name + '.clab.yml')}   "
           f"picture: {out / 'fabric.svg'}")
+    if args.hosts or args.host_addrs:
+        n = args.hosts or len(args.host_addrs.split(","))
+        print(f"  {n} machines: {out / 'hosts'}/h1 .. h{n} (each with its RUN.md)")
     if args.target == "c9s":
         kinds = sorted(f for f in files if f.startswith("c9s/"))
         print(f"  clabernetes: {', '.join(str(out / f) for f in kinds)}  (kubectl apply -f {out / 'c9s'})")
@@ -117,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="API group: c9s.run (clabernetes 0.7+) or clabernetes.containerlab.dev (before 0.7)")
     g.add_argument("--c9s-nodes", action="store_true", help="write Node + Link objects even for a small lab")
     g.add_argument("--namespace", help="Kubernetes namespace for the clabernetes objects (default: kubectl's)")
+    g.add_argument("--hosts", type=int, help="also split the lab over N machines with plain containerlab: "
+                                             "OUT/hosts/h1..hN, cross-machine links as VXLAN (see RUN.md there)")
+    g.add_argument("--host-addrs", help="the machines' addresses, comma-separated (default: 192.0.2.x "
+                                        "placeholders to replace)")
     g.set_defaults(func=cmd_generate)
 
     c = sub.add_parser("calc", help="reproduce the paper's Table 2 (scale) and Table 1 (path search)")
