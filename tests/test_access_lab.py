@@ -49,8 +49,10 @@ def test_verify_reports_a_member_whose_micro_bfd_is_down(lab):
 
     with lab.fault("one-way", node="s0r0a", iface="h0p0"):  # the ToR's packets to s0h0 port 0 are lost
         lab.wait_for(lambda: any(not c["ok"] for c in check_lacp(lab.runtime, lab.cfgs)), timeout=5)
-        bad = [c for c in check_lacp(lab.runtime, lab.cfgs) if not c["ok"]]
-        assert [c["name"] for c in bad] == ["lacp s0h0"] and "r0p0" in bad[0]["detail"]
+        # (on a loaded 2-core machine another host's 300 ms session may blink at the same time: only
+        # what this fault must show is asserted)
+        bad = {c["name"]: c["detail"] for c in check_lacp(lab.runtime, lab.cfgs) if not c["ok"]}
+        assert "r0p0" in bad.get("lacp s0h0", ""), bad
     lab.wait_healthy(30)
 
 
