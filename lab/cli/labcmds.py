@@ -22,16 +22,11 @@ def print_checks(checks: list[dict], out=sys.stdout) -> None:
 
 
 # --- commands ------------------------------------------------------------------------------------------
-def up(args) -> int:
-    spec = load_spec(args.spec)
-    need_root("hpnlab up")
-    progress = Progress(args.json)
-    rt, cfgs, checks = bring_up(spec, args.runtime, args.timeout, progress, keep=args.keep)
-    lab = spec.name
+def report_health(lab: str, checks: list[dict], args, extra: dict | None = None) -> None:
+    """Print the checks (or JSON) and raise one line if the lab is not healthy (up and attach alike)."""
     ok = verify.complete(checks)
     if args.json:
-        json.dump({"lab": lab, "ok": ok, "seconds": round(progress.elapsed, 2), "checks": checks}, sys.stdout,
-                  indent=1)
+        json.dump({"lab": lab, "ok": ok, **(extra or {}), "checks": checks}, sys.stdout, indent=1)
         print()
     else:
         print_checks(checks)
@@ -39,7 +34,15 @@ def up(args) -> int:
         failing = next(c for c in checks if not c["ok"])
         raise RuntimeFailure(f"lab '{lab}' not healthy after {args.timeout:g} s: {failing['name']}: "
                              f"{failing['detail']}")
-    progress(f"lab '{lab}' is up and verified in {progress.elapsed:.1f} s "
+
+
+def up(args) -> int:
+    spec = load_spec(args.spec)
+    need_root("hpnlab up")
+    progress = Progress(args.json)
+    rt, cfgs, checks = bring_up(spec, args.runtime, args.timeout, progress, keep=args.keep)
+    report_health(spec.name, checks, args, {"seconds": round(progress.elapsed, 2)})
+    progress(f"lab '{spec.name}' is up and verified in {progress.elapsed:.1f} s "
              f"(hpnlab status / hpnlab exec NODE -- CMD / hpnlab down)")
     return 0
 
@@ -59,17 +62,7 @@ def attach(args) -> int:
     need_root("hpnlab attach")
     progress = Progress(args.json)
     rt, cfgs = adopt(args.topology, progress)
-    checks = wait_healthy(rt, cfgs, args.timeout, progress)
-    ok = verify.complete(checks)
-    if args.json:
-        json.dump({"lab": rt.lab, "ok": ok, "checks": checks}, sys.stdout, indent=1)
-        print()
-    else:
-        print_checks(checks)
-    if not ok:
-        failing = next(c for c in checks if not c["ok"])
-        raise RuntimeFailure(f"lab '{rt.lab}' not healthy after {args.timeout:g} s: {failing['name']}: "
-                             f"{failing['detail']}")
+    report_health(rt.lab, wait_healthy(rt, cfgs, args.timeout, progress), args)
     progress(f"lab '{rt.lab}' attached and verified (hpnlab status / run / down --lab {rt.lab})")
     return 0
 

@@ -135,9 +135,39 @@ class Runtime:
     def start_frr(self, routers: list[str], cfgs: dict[str, dict]) -> None:
         raise NotImplementedError
 
-    def wait_booted(self, nodes: list[str], progress: Progress) -> None:
-        """Self-configuring runtimes: until every node reports it is configured."""
+    boot_poll = 0.2  # seconds between looks at the nodes' boot reports
+    boot_timeout = 600.0
+
+    def boot_state(self, node: str) -> dict | None:
+        """Self-configuring runtimes: the node's boot.json (hpnlab.node.boot), None before it exists."""
         raise NotImplementedError
+
+    def wait_booted(self, nodes: list[str], progress: Progress) -> None:
+        """Until every node reports it configured itself; a node's error fails the deploy with its line,
+        and the slowest node is named (with its current step) while waiting."""
+        deadline = time.monotonic() + self.boot_timeout
+        done: set[str] = set()
+        last = 0.0
+        while True:
+            states = {n: self.boot_state(n) for n in nodes if n not in done}
+            for n, s in states.items():
+                if s and s.get("error"):
+                    raise RuntimeFailure(f"{n}: configuring itself failed: {s['error']}")
+                if s and s.get("done"):
+                    done.add(n)
+            late = [n for n in nodes if n not in done]
+            if not late:
+                progress(f"{len(nodes)} nodes configured themselves (addresses, capacity, FRR, agents)")
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"{len(late)} nodes did not finish configuring themselves within "
+                                     f"{self.boot_timeout:g} s: {', '.join(late[:4])}")
+            if time.monotonic() - last > 2:
+                s = states.get(late[0]) or {}
+                progress(f"waiting for {len(late)}/{len(nodes)} nodes to configure themselves; {late[0]}: "
+                         f"{s.get('waiting') or (s.get('steps') or [{}])[-1].get('step') or 'not started'}")
+                last = time.monotonic()
+            time.sleep(self.boot_poll)
 
     def start_agent(self, node: str, cfg: dict) -> None:
         raise NotImplementedError

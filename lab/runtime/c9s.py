@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 from hpnlab import frr
@@ -40,6 +39,8 @@ AGED = "import json,sys,time;print(json.dumps({'now':time.time(),'doc':open(sys.
 class C9sRuntime(Runtime):
     name = "c9s"
     self_configuring = True
+    boot_poll = 2.0  # each look is a kubectl exec per node
+    boot_timeout = TIMEOUT
 
     def __init__(self, lab: str, state=None):
         super().__init__(lab, state)
@@ -95,27 +96,8 @@ class C9sRuntime(Runtime):
         doc["age"] = wrap["now"] - doc.get("time", wrap["now"])
         return doc
 
-    def wait_booted(self, nodes: list[str], progress: Progress) -> None:
-        deadline = time.monotonic() + TIMEOUT
-        done: set[str] = set()
-        while True:
-            for n in nodes:
-                if n in done:
-                    continue
-                st = self._aged(n, BOOT)
-                if st and st.get("error"):
-                    raise RuntimeFailure(f"{n}: configuring itself failed: {st['error']}")
-                if st and st.get("done"):
-                    done.add(n)
-            late = [n for n in nodes if n not in done]
-            if not late:
-                progress(f"{len(nodes)} nodes configured themselves")
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeFailure(f"{len(late)} nodes did not configure themselves within {TIMEOUT:g} s: "
-                                     f"{', '.join(late[:4])}")
-            progress(f"waiting for {len(late)}/{len(nodes)} nodes (pods scheduling, images, links): {late[0]} ...")
-            time.sleep(2)
+    def boot_state(self, node: str) -> dict | None:
+        return self._aged(node, BOOT)
 
     def read_status(self, node: str) -> dict | None:
         return self._aged(node, STATUS)

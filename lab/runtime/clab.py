@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 from hpnlab import containers, frr
@@ -95,6 +94,10 @@ class ClabRuntime(Runtime):
     name = "clab"
     self_configuring = True
 
+    @property
+    def boot_timeout(self) -> float:
+        return deploy_timeout()
+
     @classmethod
     def preflight(cls, spec) -> None:
         preflight()
@@ -158,36 +161,11 @@ class ClabRuntime(Runtime):
     def boot_path(self, node: str) -> Path:
         return self.node_run_dir(node) / "boot.json"
 
-    def wait_booted(self, nodes: list[str], progress: Progress) -> None:
-        """The containers configure themselves (docker/hpnlab-init runs hpnlab.node.boot): poll each
-        node's boot.json (in its bound run directory) until all are done; a node that reports an error
-        fails the deploy with its line, and the slowest are named while waiting."""
-        deadline = time.monotonic() + deploy_timeout()
-        last = 0.0
-        while True:
-            states = {}
-            for n in nodes:
-                try:
-                    states[n] = json.loads(self.boot_path(n).read_text())
-                except (OSError, ValueError):
-                    states[n] = None
-            failed = [(n, s["error"]) for n, s in states.items() if s and s.get("error")]
-            if failed:
-                raise RuntimeFailure(f"{failed[0][0]}: configuring itself failed: {failed[0][1]} "
-                                     f"(see {self.node_run_dir(failed[0][0]) / 'boot.log'})")
-            late = [n for n, s in states.items() if not (s and s.get("done"))]
-            if not late:
-                progress(f"{len(nodes)} nodes configured themselves (addresses, capacity, FRR, agents)")
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeFailure(f"{len(late)} nodes did not finish configuring themselves within "
-                                     f"{deploy_timeout():g} s: {', '.join(late[:4])}")
-            if time.monotonic() - last > 2:
-                s = states.get(late[0]) or {}
-                progress(f"waiting for {len(late)}/{len(nodes)} nodes to configure themselves; {late[0]}: "
-                         f"{s.get('waiting') or (s.get('steps') or [{}])[-1].get('step') or 'not started'}")
-                last = time.monotonic()
-            time.sleep(0.2)
+    def boot_state(self, node: str) -> dict | None:
+        try:
+            return json.loads(self.boot_path(node).read_text())
+        except (OSError, ValueError):
+            return None
 
     # --- what runs where -----------------------------------------------------------------------------
     def _pids_matching(self, node: str, match) -> list[int]:
