@@ -8,7 +8,7 @@ experiments) goes through the kubectl exec channel (runtime/channel.py): ``kubec
 launcher deployment ``<lab>-<node>`` (clabernetes' "prefixed" naming), then ``docker exec`` into the
 node's container there, named ``clab-<lab>-<node>`` as containerlab names it (``HPNLAB_C9S_CONTAINER``
 overrides the pattern, with ``{lab}`` and ``{node}``). Clocks differ between pods: agent heartbeats are
-aged on the pod's own clock, and gaps are measured on receiver timestamps.
+aged on the pod's own clock, and a gap's length is taken on one clock (see runtime/channel.py).
 
 What the namespace and Docker runtimes read from this machine (a node's process list for the ``hang``
 fault, FRR PIDs for ``status``) is not reachable here; those say so in one line.

@@ -10,8 +10,10 @@ the experiments run unchanged wherever the lab runs.
   captures stream the pcap on standard output (``remote`` tells callers so).
 
 A remote channel runs the image's ``python3`` (which has hpnlab.node) where this machine's own
-interpreter was named. Clocks: in a cluster each pod has its own; every gap is measured on the
-receiver's timestamps (packets carry the sender's only to order them), so nothing compares clocks.
+interpreter was named. Clocks: in a cluster each pod has its own. A gap's length is the difference of
+two timestamps of one clock (the sending pod's, carried in the probes: evenly spaced, so no receive
+jitter), so an offset between pods cancels; attributing a gap to a fault compares it with this
+machine's clock, which across pods is only as good as their time sync (NTP).
 """
 
 from __future__ import annotations
