@@ -203,34 +203,45 @@ def check_routes(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
 
 
 def check_reachability(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
-    """All-pairs ping per rail. Ablated labs are held to what their mechanisms allow: without the ARP
-    proxy same-subnet pairs cannot talk (L2 broadcast is off), and without ARP duplication a ToR that
-    never saw a host's ARP black-holes traffic to it; those pairs are reported, not required."""
+    """All-pairs ping per rail, sent by one prober per host (hpnlab.node.reach: every peer at once, so
+    N processes for N hosts, not N^2 pings). Ablated labs are held to what their mechanisms allow:
+    without the ARP proxy same-subnet pairs cannot talk (L2 broadcast is off), and without ARP
+    duplication a ToR that never saw a host's ARP black-holes traffic to it; those pairs are reported,
+    not required."""
+    import sys
+
     hosts = [c for c in cfgs.values() if c["role"] == "host"]
     mech = hosts[0]["mechanisms"] if hosts else {}
     subnet = {nic["ip"]: nic["subnet"] for h in hosts for nic in h["nics"]}
     rails = sorted({nic["rail"] for h in hosts for nic in h["nics"]})
-    out = []
+    by_host: dict[str, list[tuple[int, str, str]]] = {}
     for rail in rails:
-        pairs = []
         for a in hosts:
             src = next(nic["ip"] for nic in a["nics"] if nic["rail"] == rail)
             for b in hosts:
                 dst = next(nic["ip"] for nic in b["nics"] if nic["rail"] == rail)
                 if b is not a and (mech.get("arp_proxy", True) or subnet[src] != subnet[dst]):
-                    pairs.append((a["name"], src, dst))
+                    by_host.setdefault(a["name"], []).append((rail, src, dst))
 
-        def ping(p):
-            node, src, dst = p
-            r = rt.run(node, ["ping", "-n", "-q", "-c", "1", "-W", "1", "-I", src, dst], check=False, timeout=10)
-            return p, r.returncode == 0
+    def probe(item):
+        node, pairs = item
+        r = rt.run(node, [sys.executable, "-m", "hpnlab.node.reach", "--pairs",
+                          ",".join(f"{s}:{d}" for _r, s, d in pairs)], check=False, timeout=30)
+        try:
+            got = json.loads(r.stdout or "{}")
+        except ValueError:
+            got = {}
+        return [(rail, src, dst, bool(got.get(f"{src}>{dst}"))) for rail, src, dst in pairs]
 
-        with ThreadPoolExecutor(max_workers=16) as ex:
-            res = list(ex.map(ping, pairs))
-        bad = [f"{src}->{dst}" for (n, src, dst), ok in res if not ok]
-        strict = mech.get("arp_duplication", True)
+    with ThreadPoolExecutor(max_workers=16) as ex:
+        res = [x for rows in ex.map(probe, by_host.items()) for x in rows]
+    out = []
+    strict = mech.get("arp_duplication", True)
+    for rail in rails:
+        mine = [(s, d, ok) for r, s, d, ok in res if r == rail]
+        bad = [f"{s}->{d}" for s, d, ok in mine if not ok]
         out.append(_check(f"reach rail {rail}", not bad or not strict,
-                          f"{len(res) - len(bad)}/{len(res)} host pairs answer ping"
+                          f"{len(mine) - len(bad)}/{len(mine)} host pairs answer ping"
                           + ("" if mech.get("arp_proxy", True) else " (same-subnet pairs skipped: arp_proxy off)")
                           + (f"; failing {', '.join(bad[:4])}" if bad else "")
                           + ("" if strict or not bad else " (expected with arp_duplication off)")))

@@ -283,3 +283,12 @@ def test_damaged_state_is_one_line_and_down_still_removes_the_lab(lab):
     assert json.loads(hpnlab("status", "--lab", lab, "--json", check=False).stdout)["running"] is True
     r = hpnlab("down", "--lab", "../..", check=False)
     assert r.returncode == 2 and "lowercase letters and digits" in r.stderr
+
+
+def test_one_reach_prober_per_host_answers_for_every_peer(lab):
+    """verify's reachability: one process per host checks all its peers at once (hpnlab.node.reach);
+    an address of the lab's subnet that no host holds is reported unreachable, not assumed."""
+    r = nsexec(lab, "s0h0", sys.executable, "-m", "hpnlab.node.reach", "--pairs",
+               "10.0.0.2:10.0.2.2,10.0.0.2:10.0.0.3,10.0.0.2:10.0.0.250", check=True)
+    assert json.loads(r.stdout) == {"10.0.0.2>10.0.2.2": True, "10.0.0.2>10.0.0.3": True,
+                                    "10.0.0.2>10.0.0.250": False}
