@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from hpnlab.runtime.base import Runtime

@@ -20,6 +20,8 @@ import socket
 import struct
 import zlib
 
+from hpnlab.node.inet import checksum
+
 PORT = 6784
 MAC = "01:00:5e:90:00:01"
 ADMIN_DOWN, DOWN, INIT, UP = 0, 1, 2, 3
@@ -46,25 +48,16 @@ def decode(data: bytes) -> dict | None:
             "desired_min_tx_us": tx, "required_min_rx_us": rx}
 
 
-def _checksum(b: bytes) -> int:
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def frame(src_mac: str, src_ip: str, dst_ip: str, payload: bytes, sport: int = SPORT) -> bytes:
     """Ethernet + IPv4 (TTL 255, RFC 5881's GTSM) + UDP to 6784, checksums filled in."""
     src, dst = socket.inet_aton(src_ip), socket.inet_aton(dst_ip)
     udp_len = 8 + len(payload)
     pseudo = src + dst + struct.pack("!BBH", 0, 17, udp_len)
     udp = struct.pack("!HHHH", sport, PORT, udp_len, 0) + payload
-    csum = _checksum(pseudo + udp) or 0xFFFF
+    csum = checksum(pseudo + udp) or 0xFFFF
     udp = udp[:6] + struct.pack("!H", csum) + udp[8:]
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0xC0, 20 + udp_len, 0, 0x4000, 255, 17, 0, src, dst)
-    ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
+    ip = ip[:10] + struct.pack("!H", checksum(ip)) + ip[12:]
     mac = lambda m: bytes(int(x, 16) for x in m.split(":"))  # noqa: E731
     return mac(MAC) + mac(src_mac) + b"\x08\x00" + ip + udp
 

@@ -18,14 +18,7 @@ import struct
 import sys
 import time
 
-
-def checksum(b: bytes) -> int:
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+from hpnlab.node.inet import checksum
 
 
 def echo(ident: int, seq: int) -> bytes:
