@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from hpnlab import capacity, nodesetup
+from hpnlab import capacity, neightable, nodesetup
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
@@ -31,6 +31,7 @@ from hpnlab.runtime.channel import Channel, NetnsChannel
 from hpnlab.spec import check_lab_name
 
 STATE_ROOT = Path(os.environ.get("HPNLAB_STATE_ROOT", "/run/hpnlab"))
+NEIGH_RECORD = STATE_ROOT / ".neigh-limits.json"  # not a lab name: running_labs() never lists it
 Progress = Callable[[str], None]
 REGISTRY: dict[str, type["Runtime"]] = {}
 
@@ -108,6 +109,7 @@ class Runtime:
 
     name = "base"
     self_configuring = False  # True: nodes configure themselves at start (container images)
+    shares_kernel = True  # the nodes are namespaces of this machine's kernel (False: a cluster's nodes)
     channel: Channel = NetnsChannel()  # how a command reaches a node (runtime/channel.py)
 
     def __init__(self, lab: str, state: State | None = None):
@@ -213,6 +215,12 @@ class Runtime:
         st.runtime, st.config, st.started, st.host_driver = self.name, str(self.config_dir), time.time(), self.driver
         st.netns = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists
         self.state.save()
+        if self.shares_kernel:
+            need = neightable.entries_needed(topo, cfgs)
+            raised = neightable.raise_to(neightable.thresholds(need), NEIGH_RECORD)
+            if raised:
+                progress(f"raised the kernel's neighbour table (shared by all namespaces) for "
+                         f"{need['ipv4']} ARP and {need['ipv6']} NDP entries; the last lab to go restores it")
         self.create_nodes(topo, cfgs, progress)
         if self.self_configuring:  # each node applies its node.json itself (hpnlab.node.boot)
             self.wait_booted(list(cfgs), progress)
@@ -312,7 +320,10 @@ class Runtime:
         return self.state.dir / "logs"
 
     def remove_state(self) -> None:
+        """The lab's state directory; and when it was the last lab, the neighbour table limits labs raised."""
         shutil.rmtree(self.state.dir, ignore_errors=True)
+        if not running_labs():
+            neightable.restore(NEIGH_RECORD)
 
 
 def netns_members(names: list[str]) -> dict[int, str]:

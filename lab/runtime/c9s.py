@@ -39,6 +39,7 @@ AGED = "import json,sys,time;print(json.dumps({'now':time.time(),'doc':open(sys.
 class C9sRuntime(Runtime):
     name = "c9s"
     self_configuring = True
+    shares_kernel = False  # the nodes are pods on the cluster's machines
     boot_poll = 2.0  # each look is a kubectl exec per node
     boot_timeout = TIMEOUT
 

@@ -1,0 +1,99 @@
+"""The kernel's neighbour tables are one per machine, not one per namespace: every ARP and NDP entry of
+every node of every lab counts against the same ``gc_thresh3`` (1024 entries by default; the knob exists
+only in the first namespace). Past it, each new entry first runs a forced garbage collection over the
+whole table and is then refused. A lab of the paper's segment needs ~2,000 IPv6 entries (BGP unnumbered:
+one per fabric link end) and, once every host has talked to every peer of its rail through the ARP proxy,
+~130,000 IPv4 entries (one per peer and host port, as on a real host). Measured on the full segment
+with the defaults: ~2 million forced collections in a few minutes, ~60 % of both cores in system time,
+and half the BGP sessions stuck in Connect because their neighbour entries were evicted.
+
+So before a lab's nodes exist, the thresholds are raised to what its size needs (never lowered), the
+values found are kept in the lab's state, and the last lab of the machine to go puts them back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PROC = Path("/proc/sys/net")
+FAMILIES = {"ipv4": "ipv4/neigh/default", "ipv6": "ipv6/neigh/default"}
+SLACK = 1024  # the machine's own entries, probes and tools of other labs
+
+
+def entries_needed(topo: dict, cfgs: dict[str, dict]) -> dict[str, int]:
+    """Neighbour entries the lab can hold at once, per family (pure; from the rendered lab)."""
+    roles = {n["name"]: n["role"] for n in topo["nodes"]}
+    fabric = sum(1 for lk in topo["links"] if roles[lk["a"]["node"]] != "host" and roles[lk["b"]["node"]] != "host")
+    access = len(topo["links"]) - fabric
+    per_subnet: dict[str, int] = {}
+    for c in cfgs.values():
+        if c["role"] == "host":
+            for nic in c["nics"]:
+                per_subnet[nic["subnet"]] = per_subnet.get(nic["subnet"], 0) + 1
+    # a host resolves each peer of its subnet (answered by the ToR's proxy) on each of its NIC's two ports
+    peers = sum(n * (n - 1) * 2 for n in per_subnet.values())
+    return {"ipv4": 2 * access + 2 * fabric + peers, "ipv6": 2 * fabric}
+
+
+def thresholds(need: dict[str, int]) -> dict[str, int]:
+    """sysctl path (under /proc/sys/net) -> value: no collection below the lab's size (a switch or host
+    keeps its entries until they go stale), hard limit at four times it."""
+    out = {}
+    for fam, n in need.items():
+        n += SLACK
+        base = FAMILIES[fam]
+        out.update({f"{base}/gc_thresh1": n, f"{base}/gc_thresh2": 2 * n, f"{base}/gc_thresh3": 4 * n})
+    return out
+
+
+def read(key: str, root: Path = PROC) -> int | None:
+    try:
+        return int((root / key).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def raise_to(want: dict[str, int], record: Path, root: Path = PROC) -> dict[str, int]:
+    """Raise each threshold that is below ``want``; returns key -> value set for the ones changed.
+    ``record`` (one file per machine) keeps the value first found for each key, and the latest value set,
+    so the last lab to go can put the machine back however many labs raised it in between.
+    gc_thresh3 goes first, thresh1 last, so thresh1 <= thresh2 <= thresh3 holds at every step."""
+    saved = _load(record)
+    changed: dict[str, int] = {}
+    for key in sorted(want, reverse=True):  # .../gc_thresh3, 2, 1
+        have = read(key, root)
+        if have is not None and have < want[key]:
+            saved.setdefault(key, [have, want[key]])[1] = want[key]
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps(saved))  # before the change: a crash right after still restores
+            (root / key).write_text(str(want[key]))
+            changed[key] = want[key]
+    return changed
+
+
+def restore(record: Path, root: Path = PROC) -> list[str]:
+    """Put back what labs raised, where the value is still the one a lab set (someone else's later change
+    is left alone), and forget the record. Call when no lab is left. thresh1 first, so the order holds
+    while lowering. Returns the keys restored."""
+    done = []
+    for key, (found, set_) in sorted(_load(record).items()):
+        if read(key, root) == set_:
+            try:
+                (root / key).write_text(str(found))
+                done.append(key)
+            except OSError:
+                pass
+    record.unlink(missing_ok=True)
+    return done
+
+
+def _load(record: Path) -> dict[str, list[int]]:
+    try:
+        data = json.loads(record.read_text())
+        return {k: [int(v[0]), int(v[1])] for k, v in data.items() if k in _KNOWN}
+    except (OSError, ValueError, TypeError, IndexError, AttributeError):
+        return {}
+
+
+_KNOWN = {f"{base}/gc_thresh{i}" for base in FAMILIES.values() for i in (1, 2, 3)}

@@ -1,0 +1,70 @@
+"""The machine-wide neighbour table limits a lab raises: sized from the rendered lab, only ever raised,
+restored by the last lab (no root: a stand-in /proc/sys/net tree)."""
+
+import json
+
+from hpnlab import neightable
+from hpnlab.render import render
+from hpnlab.spec import load_spec
+from hpnlab.topology import build
+
+
+def rendered(spec):
+    files = render(build(spec))
+    topo = json.loads(files["topology.json"])
+    cfgs = {n["name"]: json.loads(files[f"{n['name']}/node.json"]) for n in topo["nodes"]}
+    return topo, cfgs
+
+
+def test_entries_needed_counts_fabric_ends_and_subnet_peers():
+    topo, cfgs = rendered(load_spec())  # 2 segments x 2 hosts x 2 rails, 2 aggs per plane
+    need = neightable.entries_needed(topo, cfgs)
+    # 8 ToRs x 2 uplinks = 16 fabric links; 2 ends each
+    assert need["ipv6"] == 32
+    # 16 access links; 4 subnets (segments x rails) of 2 hosts: each host resolves 1 peer on 2 ports
+    assert need["ipv4"] == 2 * 16 + 32 + 4 * 2 * 1 * 2
+
+
+def test_full_segment_needs_more_than_the_kernel_default():
+    topo, cfgs = rendered(load_spec("segment-full"))
+    need = neightable.entries_needed(topo, cfgs)
+    assert need["ipv6"] == 2 * 960 > 1024  # the default gc_thresh3 this lab overflowed
+    assert need["ipv4"] == 2 * 3008 + 8 * 128 * 127 * 2
+
+
+def fake_proc(tmp_path, value=5000):
+    for fam in ("ipv4", "ipv6"):
+        d = tmp_path / "proc" / fam / "neigh" / "default"
+        d.mkdir(parents=True)
+        for i, v in ((1, 128), (2, 512), (3, value)):
+            (d / f"gc_thresh{i}").write_text(f"{v}\n")
+    return tmp_path / "proc"
+
+
+def test_raise_only_and_restore_by_the_last_lab(tmp_path):
+    root, record = fake_proc(tmp_path), tmp_path / "run" / "neigh.json"
+    small = neightable.thresholds({"ipv4": 10, "ipv6": 10})
+    big = neightable.thresholds({"ipv4": 100000, "ipv6": 2000})
+    assert neightable.raise_to(small, record, root) == {k: v for k, v in small.items() if "thresh3" not in k}
+    assert neightable.read("ipv4/neigh/default/gc_thresh3", root) == 5000  # never lowered
+    neightable.raise_to(big, record, root)  # a second, larger lab
+    assert neightable.read("ipv4/neigh/default/gc_thresh3", root) == 4 * (100000 + neightable.SLACK)
+    # someone else changes one value meanwhile: left alone
+    (root / "ipv6/neigh/default/gc_thresh1").write_text("7777")
+    restored = neightable.restore(record, root)
+    assert "ipv6/neigh/default/gc_thresh1" not in restored
+    assert neightable.read("ipv6/neigh/default/gc_thresh1", root) == 7777
+    for fam in ("ipv4", "ipv6"):
+        assert neightable.read(f"{fam}/neigh/default/gc_thresh3", root) == 5000
+        assert neightable.read(f"{fam}/neigh/default/gc_thresh2", root) == 512
+    assert neightable.read("ipv4/neigh/default/gc_thresh1", root) == 128
+    assert not record.exists()
+
+
+def test_damaged_record_restores_nothing(tmp_path):
+    root, record = fake_proc(tmp_path), tmp_path / "neigh.json"
+    record.write_text("{not json")
+    assert neightable.restore(record, root) == [] and not record.exists()
+    record.write_text(json.dumps({"/etc/passwd": [1, 2]}))  # only the known keys are ever written
+    assert neightable.restore(record, root) == []
+
