@@ -11,7 +11,7 @@ in the groups frr and frrvty (gpasswd -a root frrvty; gpasswd -a root frr), or i
 Both sides are timed in-process, from the teardown call until it returns, alternating A B A B; then each
 side checks whether any of its routing daemons is still alive. IPMininet's network: the same 12 routers
 (8 ToRs, 4 aggs, dual-plane wiring, FRR zebra + bgpd each) and 4 hosts, single-homed (IPMininet has no
-dual-ToR hosts). hpnlab additionally runs bfdd, staticd and 12 agents: it stops more processes.
+dual-ToR hosts). hpnlab additionally runs bfdd and 12 agents: it stops more processes.
 """
 
 from __future__ import annotations

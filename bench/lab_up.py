@@ -73,7 +73,7 @@ def measure(spec: str | None, runs: int, runtime: str) -> None:
             print(f"lab '{sp.name}' [{runtime}]: {len(topo['nodes'])} nodes ({s['hosts']} hosts, {s['tors']} ToRs, {s['aggs']} aggs), "
                   f"{s['links']} links, {s['bgp_sessions']} BGP sessions")
             print("  up -> verified: " + ", ".join(f"{t:.1f} s" for t in times))
-            print(f"  FRR per router (zebra+staticd+bgpd+bfdd): RSS max {max(rr):.1f} MB, PSS max {max(rp):.1f} MB")
+            print(f"  FRR per router (zebra+bgpd+bfdd): RSS max {max(rr):.1f} MB, PSS max {max(rp):.1f} MB")
             for role, vals in agents.items():
                 if vals:
                     print(f"  {role} agent: RSS max {max(v[0] for v in vals) / 1024:.1f} MB, "

@@ -16,9 +16,12 @@ from hpnlab.errors import RuntimeFailure
 BIN = Path("/usr/lib/frr")
 RUN = Path("/var/run/frr")  # one pathspace per router: RUN/<lab>-<node>
 TMP = Path("/var/tmp/frr")  # each daemon's crash-log directory, <daemon>.<pid>, left if it is killed
-DAEMONS = ("zebra", "staticd", "bgpd", "bfdd")  # start order; zebra first (the others connect to it)
+# Start order; zebra first (the others connect to it). No staticd: its one route (a ToR's subnet
+# blackhole) is a kernel route from the node plan, which zebra imports as it does any kernel route:
+# one process fewer per router (2.8 MiB PSS) for the same FIB and the same BGP origination.
+DAEMONS = ("zebra", "bgpd", "bfdd")
 # The daemons Debian's frr knows; those a router does not run are written "no" in the daemons file.
-KNOWN = DAEMONS + ("ospfd", "ospf6d", "ripd", "ripngd", "isisd", "pimd", "ldpd", "nhrpd", "eigrpd", "babeld",
+KNOWN = DAEMONS + ("staticd", "ospfd", "ospf6d", "ripd", "ripngd", "isisd", "pimd", "ldpd", "nhrpd", "eigrpd", "babeld",
                    "sharpd", "pbrd", "fabricd", "vrrpd", "pathd")
 # zebra: the datacenter profile's timers, and a netlink receive buffer large enough for Pod-scale FIBs.
 DAEMON_ARGS = {"zebra": ["-F", "datacenter", "-s", "90000000"]}
@@ -26,7 +29,7 @@ READY_FILE = "zserv.api"  # zebra's socket: the other daemons can connect once i
 
 
 def daemons(bfd: bool) -> list[str]:
-    """What one router runs: zebra, staticd, bgpd, and bfdd only where the spec turns BFD on."""
+    """What one router runs: zebra, bgpd, and bfdd only where the spec turns BFD on."""
     return [d for d in DAEMONS if d != "bfdd" or bfd]
 
 

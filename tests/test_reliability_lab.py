@@ -81,16 +81,16 @@ def test_killed_daemons_leave_no_crash_directories(hpnlab_lab, tmp_path):
 
 
 def test_down_finds_a_daemon_no_namespace_or_pid_file_leads_to(hpnlab_lab, tmp_path):
-    """What a teardown racing a forking daemon left (seen in the sweep: staticd forked after the rollback
+    """What a teardown racing a forking daemon left (seen in the sweep: a daemon forked after the rollback
     had listed the namespace): found by its pathspace name, never another lab's daemon."""
     spec = tmp_path / "relo.yml"
     spec.write_text("name: relo\nsegments: 1\nrails: 1\naggs_per_plane: 1\n")
     hpnlab("up", str(spec))
-    pidfile = Path("/var/run/frr/relo-s0r0a/staticd.pid")
+    pidfile = Path("/var/run/frr/relo-s0r0a/bgpd.pid")
     pid = int(pidfile.read_text())
     pidfile.unlink()
     subprocess.run(["ip", "netns", "del", "relo-s0r0a"], check=True)  # the daemon lives on, unnamed
-    other = int(Path(f"/var/run/frr/{hpnlab_lab.name}-s0r0a/staticd.pid").read_text())
+    other = int(Path(f"/var/run/frr/{hpnlab_lab.name}-s0r0a/bgpd.pid").read_text())
     hpnlab("down", "--lab", "relo")
     assert not pid_alive(pid) and leftovers("relo") == []  # (a zombie until PID 1 reaps it is gone)
     assert pid_alive(other)  # the module's lab keeps its own

@@ -159,7 +159,7 @@ def test_status_is_healthy_with_the_runtime_view(rtlab):
     if rtlab.runtime != "netns":  # containerlab inspect's view, parsed from its JSON
         assert {n["container"] for n in st["nodes"]} == {"running"}
     routers = [n for n in st["nodes"] if n["role"] != "host"]
-    assert routers and all(n["frr"] == "4/4 daemons" for n in routers)
+    assert routers and all(n["frr"] == "3/3 daemons" for n in routers)
 
 
 def test_vtysh_and_exec_reach_the_node(rtlab):

@@ -54,6 +54,9 @@ def ip_batch(cfg: dict, driver: str = "userspace") -> list[str]:
             # ARP-learned /32s forward at once from table 10, as a switch's host table does
             # (whether they are also advertised in BGP is mechanisms.host_routes).
             lines.append(f"rule add pref 100 lookup {cfg['table']}")
+            # The set's subnet, originated in BGP by both ToRs of the set; the blackhole only catches
+            # unknown hosts. A kernel route (zebra imports it) instead of a static one: no staticd.
+            lines.append(f"route replace blackhole {cfg['subnet']}")
         return lines
     for nic in cfg["nics"]:
         if driver == "bond":
