@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Scale ladder (root): each rung is brought up, verified, watched idle, and taken down; per phase the
+wall time and the machine's CPU seconds, then memory, BGP messages, and whether it converged.
+
+    sudo .venv/bin/python bench/scale.py                       # the whole ladder, up to the paper's segment
+    sudo .venv/bin/python bench/scale.py --rungs 48,264 --idle 600 --set '{bfd: {enabled: false}}'
+    sudo .venv/bin/python bench/scale.py --plot-only            # redraw results/scale/plot.png
+
+Rungs are named by node count and derived from examples/segment-full.yml (1 segment, 8 rails, dual-plane)
+by its host count and aggs per plane, except 16 (examples/default.yml). Phases: namespaces, links, node
+config, FRR start, agents (from `hpnlab up`'s own steps), BGP converged (every session established and
+every agg holding every /32 and subnet), verified (reachability too), idle (BGP sessions dropped while
+nothing happens), down. CPU is the machine's busy time (user + system + softirq, not steal) over the
+phase, so 2 cores give at most 2 CPU-s per second. Memory after verify: PSS of FRR per router (by
+daemon), of each agent, and the kernel's share (growth of used memory not explained by the lab's
+processes: namespaces, veths, routes, neighbour entries); peak is the machine's used memory, sampled.
+
+Results: results/scale/scale.json (one record per rung and run) and plot.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "results" / "scale"
+# node count -> (hosts per segment, aggs per plane); 8 rails, 1 segment, dual-plane: 16 ToRs
+RUNGS = {32: (8, 4), 48: (16, 8), 78: (32, 15), 140: (64, 30), 264: (128, 60)}
+PHASES = [("creating", "namespaces"), ("creating", "links"), ("configuring nodes", "node config"),
+          ("starting FRR", "FRR start"), ("starting", "agents")]
+
+
+def busy_jiffies() -> int:
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = f[:7]
+    return user + nice + system + irq + softirq
+
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def used_kib() -> int:
+    m = {ln.split(":")[0]: int(ln.split()[1]) for ln in open("/proc/meminfo")}
+    return m["MemTotal"] - m["MemAvailable"]
+
+
+def pss_kib(pid: int) -> int:
+    try:
+        for ln in open(f"/proc/{pid}/smaps_rollup"):
+            if ln.startswith("Pss:"):
+                return int(ln.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class Clock:
+    """Wall and CPU at each phase boundary, and the peak of used memory (sampled every 0.5 s)."""
+
+    def __init__(self):
+        self.marks: list[tuple[str, float, int]] = []
+        self.peak = used_kib()
+        self._stop = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self):
+        while not self._stop.wait(0.5):
+            self.peak = max(self.peak, used_kib())
+
+    def mark(self, phase: str) -> None:
+        self.marks.append((phase, time.monotonic(), busy_jiffies()))
+
+    def phases(self) -> dict[str, dict]:
+        out = {}
+        for (name, t0, c0), (_n, t1, c1) in zip(self.marks, self.marks[1:]):
+            if name != "-":  # "-": after the last phase
+                out[name] = {"wall_s": round(t1 - t0, 2), "cpu_s": round((c1 - c0) / HZ, 1)}
+        return out
+
+    def stop(self):
+        self._stop.set()
+
+
+def spec_for(nodes: int, overrides: dict):
+    from hpnlab.spec import load_spec_data, merge, parse_spec
+
+    if nodes == 16:
+        data, where = load_spec_data("default")
+        data = merge(data, {"name": "scale16"})
+    else:
+        hosts, aggs = RUNGS[nodes]
+        data, where = load_spec_data("segment-full")
+        data = merge(data, {"name": f"scale{nodes}", "hosts_per_segment": hosts, "aggs_per_plane": aggs})
+    return parse_spec(merge(data, overrides), where)
+
+
+def bgp_counters(rt, routers: list[str]) -> dict:
+    """Summed over every router: UPDATEs received, sessions established and dropped so far."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(n):
+        d = rt.vtysh_json(n, "show bgp neighbors json", timeout=60) or {}
+        return [(p.get("messageStats", {}).get("updatesRecv", 0), p.get("connectionsEstablished", 0),
+                 p.get("connectionsDropped", 0)) for p in d.values() if isinstance(p, dict)]
+
+    with ThreadPoolExecutor(max_workers=4) as ex:
+        rows = [r for rows in ex.map(one, routers) for r in rows]
+    return {"updates_received": sum(r[0] for r in rows), "established": sum(r[1] for r in rows),
+            "dropped": sum(r[2] for r in rows), "peers": len(rows)}
+
+
+def memory(rt, cfgs: dict, base_used: int) -> dict:
+    from hpnlab import frr
+
+    routers: dict[str, dict[str, int]] = {}
+    for pid, daemon, ns in rt.frr_daemons():
+        routers.setdefault(ns, {})[daemon] = pss_kib(pid)
+    agents = {"host": [], "tor": []}
+    for n, c in cfgs.items():
+        pid = rt.agent_pid(n)
+        if pid and c["role"] in agents:
+            agents[c["role"]].append(pss_kib(pid))
+    per_router = [sum(d.values()) for d in routers.values()]
+    by_daemon = {d: max((r.get(d, 0) for r in routers.values()), default=0) / 1024 for d in frr.DAEMONS}
+    procs = sum(per_router) + sum(sum(v) for v in agents.values())
+    used = used_kib()
+    mib = lambda kib: round(kib / 1024, 1)  # noqa: E731
+    return {"frr_total_mib": mib(sum(per_router)), "frr_per_router_max_mib": mib(max(per_router, default=0)),
+            "frr_per_router_mean_mib": mib(sum(per_router) / max(1, len(per_router))),
+            "frr_daemon_max_mib": {d: round(v, 1) for d, v in by_daemon.items() if v},
+            "agents_total_mib": mib(sum(sum(v) for v in agents.values())),
+            **{f"{role}_agent_max_mib": mib(max(v)) for role, v in agents.items() if v},
+            **{f"{role}_agent_mean_mib": mib(sum(v) / len(v)) for role, v in agents.items() if v},
+            "kernel_mib": mib(max(0, used - base_used - procs)), "lab_used_mib": mib(used - base_used)}
+
+
+def run_rung(nodes: int, overrides: dict, timeout: float, idle: float) -> dict:
+    from hpnlab import orchestrate, verify
+    from hpnlab.orchestrate import bring_up, tear_down
+    from hpnlab.topology import build, summary
+
+    spec = spec_for(nodes, overrides)
+    size = summary(build(spec))
+    base_used = used_kib()
+    clock = Clock()
+    seen = {"converged": None}
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        print(f"  [{time.monotonic() - t0:6.1f}s] {msg}", flush=True)
+        for prefix, phase in PHASES:
+            if msg.startswith(prefix) and phase not in [m[0] for m in clock.marks] and \
+                    (phase != "links" or "veth" in msg) and (phase != "namespaces" or "namespaces" in msg):
+                clock.mark(phase)
+                return
+        if msg.startswith("waiting for LACP"):
+            clock.mark("BGP converged")
+        elif msg.startswith("waiting:") and seen["converged"] is None:
+            failing = msg.split("; ", 1)[1].split(":")[0] if "; " in msg else ""
+            if failing.startswith("reach"):
+                seen["converged"] = time.monotonic()
+
+    record = {"nodes": nodes, "spec": spec.model_dump(mode="json", exclude_defaults=True), "size": size,
+              "overrides": overrides, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    clock.mark("render")  # topology, files, neighbour table limits
+    try:
+        rt, cfgs, checks = bring_up(spec, timeout=timeout, progress=progress, keep=True)
+        record["verified"] = verify.complete(checks)
+        if not record["verified"]:
+            bad = [c for c in checks if not c["ok"]]
+            record["failing"] = {"count": len(bad), "first": bad[0]["name"] + ": " + bad[0]["detail"][:200]}
+    except KeyboardInterrupt:
+        clock.stop()
+        raise
+    # "BGP converged": the first verify round whose only failing stage was reachability, else verified
+    marks = clock.marks
+    conv = seen["converged"]
+    if conv is not None:
+        marks.append(("verified", conv, busy_jiffies()))  # split the wait at that moment (CPU: from here on)
+        marks.sort(key=lambda m: m[1])
+    clock.mark("idle" if idle else "-")
+    if record.get("verified") is not None:
+        routers = [n for n, c in cfgs.items() if c["role"] != "host"]
+        record["memory"] = memory(rt, cfgs, base_used)
+        before = bgp_counters(rt, routers)
+        if idle and record["verified"]:
+            print(f"  idle for {idle:g} s, then counting BGP session drops", flush=True)
+            time.sleep(idle)
+            after = bgp_counters(rt, routers)
+            record["idle"] = {"seconds": idle, "sessions_dropped": after["dropped"] - before["dropped"],
+                              "updates_received": after["updates_received"] - before["updates_received"],
+                              "still_verified": verify.complete(verify.verify(rt, cfgs))}
+        record["bgp"] = before
+    clock.mark("down")
+    tear_down(spec.name, progress)
+    clock.mark("-")
+    record["leftovers"] = orchestrate.leftovers(spec.name)
+    record["phases"] = clock.phases()
+    if conv is None and "BGP converged" in record["phases"] and record.get("verified"):
+        record["phases"]["BGP converged"]["note"] = "converged and verified in the same verify round"
+    record["peak_used_mib"] = round((clock.peak - base_used) / 1024, 1)
+    clock.stop()
+    return record
+
+
+def plot(records: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    labels = sorted({r.get("label", "") for r in records})
+    for lab in labels:
+        rs = sorted([r for r in records if r.get("label", "") == lab], key=lambda r: r["nodes"])
+        xs = [r["nodes"] for r in rs]
+        upto = [sum(p["wall_s"] for k, p in r["phases"].items() if k not in ("idle", "down")) for r in rs]
+        a1.plot(xs, upto, "o-", label=f"up -> verified {lab}".strip())
+        for x, r, y in zip(xs, rs, upto):
+            if not r.get("verified"):
+                a1.annotate("not verified", (x, y), fontsize=8, color="red")
+        a1.plot(xs, [r["phases"].get("down", {}).get("wall_s", 0) for r in rs], "s--", label=f"down {lab}".strip())
+        a2.plot(xs, [r["peak_used_mib"] / 1024 for r in rs], "o-", label=f"peak used {lab}".strip())
+        a2.plot(xs, [r.get("memory", {}).get("frr_total_mib", 0) / 1024 for r in rs], "^--", label=f"FRR PSS {lab}".strip())
+        a2.plot(xs, [r.get("memory", {}).get("agents_total_mib", 0) / 1024 for r in rs], "v--",
+                label=f"agents PSS {lab}".strip())
+    a1.axhline(300, color="grey", lw=0.8, ls=":")
+    a1.set(xlabel="nodes", ylabel="seconds", title="time (target: full segment <= 300 s)")
+    a2.axhline(12, color="grey", lw=0.8, ls=":")
+    a2.set(xlabel="nodes", ylabel="GiB", title="memory (target <= 12 GiB)")
+    for a in (a1, a2):
+        a.legend(fontsize=7)
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    import yaml
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rungs", default="16,32,48,78,140,264",
+                    help=f"node counts, comma-separated (16 and {', '.join(map(str, RUNGS))})")
+    ap.add_argument("--set", default="{}", help="YAML mapping merged into every rung's spec, e.g. '{bfd: {enabled: false}}'")
+    ap.add_argument("--label", default="", help="names this configuration in the JSON and on the plot")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for a rung to verify (default 600)")
+    ap.add_argument("--idle", type=float, default=0, help="seconds to watch a verified lab for BGP drops")
+    ap.add_argument("--out", default=str(OUT), help="directory for scale.json and plot.png")
+    ap.add_argument("--plot-only", action="store_true")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "scale.json"
+    records = json.loads(db.read_text()) if db.exists() else []
+    if not a.plot_only:
+        if os.geteuid() != 0:
+            print("bench/scale.py: needs root (it runs labs)", file=sys.stderr)
+            return 2
+        try:
+            overrides = yaml.safe_load(a.set) or {}
+            rungs = [int(x) for x in a.rungs.split(",")]
+        except (yaml.YAMLError, ValueError) as e:
+            print(f"bench/scale.py: --set/--rungs: {e}", file=sys.stderr)
+            return 2
+        for n in rungs:
+            if n != 16 and n not in RUNGS:
+                print(f"bench/scale.py: --rungs: no rung of {n} nodes (have 16, {', '.join(map(str, RUNGS))})",
+                      file=sys.stderr)
+                return 2
+        for n in rungs:
+            print(f"rung {n} nodes {a.label}", flush=True)
+            rec = run_rung(n, overrides, a.timeout, a.idle)
+            rec["label"] = a.label
+            records.append(rec)
+            db.write_text(json.dumps(records, indent=1) + "\n")
+            ph = rec["phases"]
+            print(f"  -> verified {rec.get('verified')}; " + ", ".join(f"{k} {v['wall_s']} s/{v['cpu_s']} CPU-s"
+                                                                       for k, v in ph.items()), flush=True)
+            print(f"     memory {json.dumps(rec.get('memory'))}; peak {rec['peak_used_mib']} MiB; "
+                  f"bgp {rec.get('bgp')}; idle {rec.get('idle')}", flush=True)
+    if records:
+        plot(records, out / "plot.png")
+        print(f"wrote {db} and {out / 'plot.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
