@@ -16,6 +16,17 @@ HEARTBEAT_MAX_AGE = 3.0
 VTYSH_TIMEOUT = 5.0  # a hung router is a FAIL row, not an aborted verify
 
 
+def pmap(fn, items, workers: int = 8) -> list:
+    """``fn`` over ``items`` on a thread pool. On an exception or Ctrl-C the pending calls are cancelled
+    and nothing waits for the running ones (the rollback kills what they run): leaving a pool's ``with``
+    block instead waited for every prober, minutes on the paper's segment."""
+    ex = ThreadPoolExecutor(max_workers=workers)
+    try:
+        return list(ex.map(fn, items))
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
+
+
 def _check(name: str, ok: bool, detail: str) -> dict:
     return {"name": name, "ok": bool(ok), "detail": detail}
 
@@ -64,8 +75,7 @@ def check_config(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
         detail = "; ".join(problems[:3]) or (f"hash seed {have[1]}" + (f", {len(shaped)} links shaped" if shaped else ""))
         return _check(f"config {n}", not problems, detail)
 
-    with ThreadPoolExecutor(max_workers=8) as ex:
-        return list(ex.map(one, cfgs.items()))
+    return pmap(one, cfgs.items())
 
 
 def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
@@ -156,8 +166,7 @@ def check_bgp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
         up = sum(1 for p in peers.values() if p.get("state") == "Established")
         return _check(f"bgp {n}", up == want, f"{up}/{want} sessions established")
 
-    with ThreadPoolExecutor(max_workers=8) as ex:
-        return list(ex.map(one, routers))
+    return pmap(one, routers)
 
 
 def expected_prefixes(cfgs: dict[str, dict]) -> set[str]:
@@ -232,8 +241,7 @@ def check_reachability(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
             got = {}
         return [(rail, src, dst, bool(got.get(f"{src}>{dst}"))) for rail, src, dst in pairs]
 
-    with ThreadPoolExecutor(max_workers=16) as ex:
-        res = [x for rows in ex.map(probe, by_host.items()) for x in rows]
+    res = [x for rows in pmap(probe, by_host.items(), 16) for x in rows]
     out = []
     strict = mech.get("arp_duplication", True)
     for rail in rails:

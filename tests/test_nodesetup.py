@@ -119,3 +119,23 @@ def test_veth_ends_get_distinct_lab_wide_ifindexes():
     assert all(len(p) == 2 and p[0] != p[1] for p in pairs)
     flat = [i for p in pairs for i in p]
     assert len(set(flat)) == len(flat) and min(flat) > 1  # unique in every namespace, never lo's 1
+
+
+def test_agents_read_carrier_from_netlink_not_sysfs():
+    """A link's carrier as the agents see it: IFF_UP and IFF_LOWER_UP of an RTM_NEWLINK, from a dump or a
+    notification (sysfs carrier reads stall while zebra holds the RTNL lock in a large lab)."""
+    import socket
+    import struct
+
+    from hpnlab.node.agent import RTM_DELLINK, RTM_NEWLINK, dump_links, link_states
+
+    assert dump_links().get("lo") is True  # this process's own namespace
+
+    def msg(flags, name):
+        attr = name.encode() + b"\0"
+        return struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 7, flags, 0) + struct.pack("=HH", 4 + len(attr), 3) + attr
+
+    up, admin_only, lower_only = msg(0x10001, "h0p0"), msg(0x1, "h1p0"), msg(0x10000, "h2p0")
+    assert link_states([(RTM_NEWLINK, up), (RTM_NEWLINK, admin_only), (RTM_NEWLINK, lower_only)]) == \
+        {"h0p0": True, "h1p0": False, "h2p0": False}
+    assert link_states([(RTM_DELLINK, up)]) == {"h0p0": False}

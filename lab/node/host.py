@@ -16,8 +16,8 @@ import subprocess
 import time
 
 from hpnlab.node import lacp, microbfd
-from hpnlab.node.agent import (RTMGRP_LINK, agent_main, LacpDriver, StatusFile, arp_request, log, nl_messages,
-                               read_carriers, rtnl_socket, wait)
+from hpnlab.node.agent import (RTMGRP_LINK, agent_main, apply_carriers, LacpDriver, StatusFile, arp_request, link_states,
+                               log, nl_messages, read_carriers, rtnl_socket, wait)
 
 ARP_REFRESH = 1.0  # the host re-announces itself each second, so a ToR whose ARP entry aged out relearns it
 
@@ -112,8 +112,11 @@ class HostAgent:
             for fd in wait(self.driver.fds() + bfd_fds + [self.nl.fileno()], deadline):
                 now = time.monotonic()
                 if fd == self.nl.fileno():
-                    nl_messages(self.nl)  # which link changed does not matter: re-read every port
-                    self.read_carriers(now)
+                    msgs, overrun = nl_messages(self.nl)
+                    if overrun:  # the kernel dropped notifications: read every port again
+                        self.read_carriers(now)
+                    else:
+                        apply_carriers(self.ports, self.bfd, now, link_states(msgs))
                 elif fd in bfd_fds:
                     self.bfd.handle(fd, now)
                 else:

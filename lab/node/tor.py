@@ -17,8 +17,8 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from hpnlab.node import lacp, microbfd, stack
-from hpnlab.node.agent import (RTM_DELLINK, RTM_DELNEIGH, RTM_NEWLINK, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH,
-                               agent_main, LacpDriver, StatusFile, iface_mac, log, nl_messages,
+from hpnlab.node.agent import (RTM_DELNEIGH, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH, agent_main, apply_carriers,
+                               LacpDriver, StatusFile, iface_mac, link_states, log, nl_messages,
                                parse_neigh, read_carriers, rtnl_socket, wait)
 
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
@@ -144,14 +144,10 @@ class TorAgent:
         if overrun:  # the kernel dropped events: re-read everything
             self.resync(now)
             return
-        links = False
         for mtype, payload in msgs:
             if mtype in (RTM_NEWNEIGH, RTM_DELNEIGH):
                 self._neigh(*parse_neigh(payload), deleted=mtype == RTM_DELNEIGH)
-            elif mtype in (RTM_NEWLINK, RTM_DELLINK):
-                links = True
-        if links:
-            self.read_carriers(now)
+        apply_carriers(self.ports, self.bfd, now, link_states(msgs))
 
     def read_carriers(self, now: float) -> None:
         read_carriers(self.ports, self.bfd, now)
