@@ -106,6 +106,11 @@ class LACP(_Strict):
 class BGP(_Strict):
     keepalive: int = Field(1, ge=1, le=60)
     hold: int = Field(3, ge=3, le=180)
+    update_delay: int = Field(0, ge=0, le=3600, description=(
+        "seconds a starting bgpd waits for every peer's End-of-RIB before its first best-path run and "
+        "updates (FRR update-delay; 0: off). A ToR with 60 uplinks then installs each route once with all "
+        "its paths instead of growing its ECMP one session at a time; it also applies when bgpd restarts "
+        "(a ToR powered back on), so it is off unless a spec asks"))
 
     @model_validator(mode="after")
     def _hold(self) -> "BGP":

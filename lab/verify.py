@@ -10,6 +10,7 @@ import ipaddress
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+from hpnlab.errors import RuntimeFailure
 from hpnlab.runtime.base import Runtime
 
 HEARTBEAT_MAX_AGE = 3.0
@@ -233,11 +234,11 @@ def check_reachability(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
 
     def probe(item):
         node, pairs = item
-        r = rt.run(node, [sys.executable, "-m", "hpnlab.node.reach", "--pairs",
-                          ",".join(f"{s}:{d}" for _r, s, d in pairs)], check=False, timeout=30)
         try:
+            r = rt.run(node, [sys.executable, "-m", "hpnlab.node.reach", "--pairs",
+                              ",".join(f"{s}:{d}" for _r, s, d in pairs)], check=False, timeout=30)
             got = json.loads(r.stdout or "{}")
-        except ValueError:
+        except (ValueError, RuntimeFailure):  # garbled, or a prober that hung past 30 s: no pair answered
             got = {}
         return [(rail, src, dst, bool(got.get(f"{src}>{dst}"))) for rail, src, dst in pairs]
 

@@ -125,3 +125,13 @@ def test_write_replaces_previous_output(tmp_path):
     write({"topology.json": "2"}, out)
     assert (out / "topology.json").read_text() == "2" and not (out / "a").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"], "no temp dirs left behind"
+
+
+def test_update_delay_only_where_the_spec_asks():
+    """bgp.update_delay renders FRR's update-delay on every router; off (the default) it is absent, so
+    a restarted ToR's bgpd keeps announcing at once as the failover results measured."""
+    on = render(build(parse_spec({"name": "ud", "bgp": {"update_delay": 45}})))
+    off = render(build(load_spec()))
+    for node in ("s0r0a", "agg0-0"):
+        assert " update-delay 45\n" in on[f"{node}/frr.conf"]
+        assert "update-delay" not in off[f"{node}/frr.conf"]

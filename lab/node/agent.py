@@ -9,11 +9,13 @@ import argparse
 import errno
 import json
 import os
+import queue
 import select
 import signal
 import socket
 import struct
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -175,6 +177,59 @@ def read_carriers(ports: list, bfd, now: float) -> None:
     """Carrier as it is now, for every port (one netlink dump; a port missing from it is down)."""
     have = dump_links()
     apply_carriers(ports, bfd, now, {p.iface: have.get(p.iface, False) for p in ports})
+
+
+class KernelWriter:
+    """One thread that makes an agent's route writes and carrier dumps, in the order they are asked for,
+    so the loop that sends LACPDUs and BFD packets never waits on the kernel's RTNL lock.
+
+    Why: RTNL is one lock for every namespace of the machine, and every route change takes it. While a
+    large lab converges, zebra holds it for seconds at a time (60-way ECMP installs on the paper's
+    segment). An agent blocked in a route write there sent no LACPDUs, its partners' LACP expired after
+    3 s, their ports left the aggregates, host routes were withdrawn: more route work, more waiting.
+    A real switch's LACP does not wait for its FIB writes either. A job returns None or a value the loop
+    collects with ``results()``."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.out: queue.SimpleQueue = queue.SimpleQueue()
+        self.pending = 0
+        self.lock = threading.Lock()
+        self.idle = threading.Event()
+        self.idle.set()
+        threading.Thread(target=self._run, name="kernel-writer", daemon=True).start()
+
+    def submit(self, fn, *args) -> None:
+        with self.lock:
+            self.pending += 1
+            self.idle.clear()
+        self.jobs.put((fn, args))
+
+    def _run(self) -> None:
+        while True:
+            fn, args = self.jobs.get()
+            try:
+                r = fn(*args)
+            except Exception as e:  # a job reports its own errors; this only keeps the thread alive
+                r = None
+                log(f"kernel write {getattr(fn, '__name__', fn)}: {e.__class__.__name__}: {e}")
+            if r is not None:
+                self.out.put(r)
+            with self.lock:
+                self.pending -= 1
+                if not self.pending:
+                    self.idle.set()
+
+    def results(self) -> list:
+        out = []
+        while True:
+            try:
+                out.append(self.out.get_nowait())
+            except queue.Empty:
+                return out
+
+    def wait_idle(self, timeout: float) -> bool:
+        return self.idle.wait(timeout)
 
 
 def iface_mac(iface: str) -> str:

@@ -16,8 +16,8 @@ import subprocess
 import time
 
 from hpnlab.node import lacp, microbfd
-from hpnlab.node.agent import (RTMGRP_LINK, agent_main, apply_carriers, LacpDriver, StatusFile, arp_request, link_states,
-                               log, nl_messages, read_carriers, rtnl_socket, wait)
+from hpnlab.node.agent import (RTMGRP_LINK, agent_main, apply_carriers, KernelWriter, LacpDriver, StatusFile,
+                               arp_request, link_states, log, nl_messages, read_carriers, rtnl_socket, wait)
 
 ARP_REFRESH = 1.0  # the host re-announces itself each second, so a ToR whose ARP entry aged out relearns it
 
@@ -62,6 +62,7 @@ class HostAgent:
         self.last_arp: dict[str, float] = {}
         self.status = StatusFile(status)
         self.route_changes = 0
+        self.writer = KernelWriter()
 
     def usable(self, group: list[lacp.Port]) -> list[str]:
         # micro-BFD (when on) must be Up too: a member whose far end stopped forwarding leaves the aggregate
@@ -83,10 +84,7 @@ class HostAgent:
                 self.applied[i] = use
         if not batch:
             return False
-        r = subprocess.run(["ip", "-force", "-batch", "-"], input="\n".join(batch) + "\n", text=True,
-                           capture_output=True)
-        if r.returncode and "No such process" not in r.stderr:
-            log(f"ip batch: {r.stderr.strip()}")
+        self.writer.submit(apply_routes, batch)  # in order, off this loop (agent.KernelWriter says why)
         self.route_changes += 1
         return True
 
@@ -140,6 +138,14 @@ class HostAgent:
 
     def stop(self) -> None:
         log("stopping")
+        self.writer.wait_idle(5)
+
+
+def apply_routes(batch: list[str]) -> None:
+    """(writer thread) One ``ip -batch`` with a NIC's route lines."""
+    r = subprocess.run(["ip", "-force", "-batch", "-"], input="\n".join(batch) + "\n", text=True, capture_output=True)
+    if r.returncode and "No such process" not in r.stderr:
+        log(f"ip batch: {r.stderr.strip()}")
 
 
 def main(argv: list[str] | None = None) -> int:

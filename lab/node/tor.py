@@ -18,7 +18,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from hpnlab.node import lacp, microbfd, stack
 from hpnlab.node.agent import (RTM_DELNEIGH, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH, agent_main, apply_carriers,
-                               LacpDriver, StatusFile, iface_mac, link_states, log, nl_messages,
+                               KernelWriter, LacpDriver, StatusFile, dump_links, iface_mac, link_states, log, nl_messages,
                                parse_neigh, read_carriers, rtnl_socket, wait)
 
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
@@ -84,7 +84,9 @@ class TorAgent:
         self.hold = HoldDown(bool(hd.get("enabled")), float(hd.get("max_s", 30)))
         self.remote = [str(ipaddress.IPv4Network(n)) for n in cfg.get("remote_subnets") or []]
         self.next_fib_check = 0.0
-        self.ipr = IPRoute()  # dumps and route changes
+        self.ipr = IPRoute()  # dumps (this thread)
+        self.wipr = IPRoute()  # route writes (the writer thread: a pyroute2 socket is not shared by threads)
+        self.writer = KernelWriter()
         st = cfg.get("stacked")  # the stacked baseline: peer-link sync, out-of-band heartbeat, the §4.1 rule
         self.pair = stack.Pair(cfg["name"], st["role"], st["sync_timeout_ms"] / 1000, st["heartbeat_timeout_ms"] / 1000,
                                time.monotonic()) if st else None
@@ -176,25 +178,50 @@ class TorAgent:
                 self._remove(ip)
         for ip, ifc in want.items():
             if self.installed.get(ip) != ifc:
-                try:
-                    self.ipr.route("replace", dst=f"{ip}/32", oif=self.ifindex[ifc], table=self.table,
-                                   scope=RT_SCOPE_LINK, proto=PROTO_HPNLAB)
-                    self.installed[ip] = ifc
-                    self.changes += 1
-                    log(f"host route {ip}/32 dev {ifc} table {self.table} added")
-                except NetlinkError as e:
-                    log(f"host route {ip}/32 dev {ifc}: {e}")
+                # recorded now, written by the writer thread in order; a failed write is forgotten
+                # (``_failed``) so the next reconcile tries again
+                self.installed[ip] = ifc
+                self.changes += 1
+                self.writer.submit(self._add_route, ip, ifc)
+
+    def _add_route(self, ip: str, ifc: str):
+        """(writer thread) One host /32 into table 10."""
+        try:
+            self.wipr.route("replace", dst=f"{ip}/32", oif=self.ifindex[ifc], table=self.table,
+                            scope=RT_SCOPE_LINK, proto=PROTO_HPNLAB)
+            log(f"host route {ip}/32 dev {ifc} table {self.table} added")
+        except NetlinkError as e:
+            log(f"host route {ip}/32 dev {ifc}: {e}")
+            return ("failed", ip, ifc)
+        return None
+
+    def _collect(self, now: float) -> None:
+        """What the writer thread found: failed route writes (tried again) and carrier dumps."""
+        for r in self.writer.results():
+            if r[0] == "failed" and self.installed.get(r[1]) == r[2]:
+                del self.installed[r[1]]
+            elif r[0] == "links":
+                apply_carriers(self.ports, self.bfd, now, {p.iface: r[1].get(p.iface, False) for p in self.ports})
+
+    @staticmethod
+    def _dump_carriers():
+        """(writer thread) The safety net for a missed link notification."""
+        return ("links", dump_links())
 
     def _remove(self, ip: str) -> None:
-        # FRR 8.4: if the route already vanished with its port (admin down) the kernel sends no delete and
-        # zebra keeps advertising its imported copy. Re-adding as blackhole and deleting forces a delete.
-        try:
-            self.ipr.route("replace", dst=f"{ip}/32", table=self.table, type="blackhole", proto=PROTO_HPNLAB)
-            self.ipr.route("del", dst=f"{ip}/32", table=self.table)
-        except NetlinkError as e:
-            log(f"host route {ip}/32 removal: {e}")
         ifc = self.installed.pop(ip, None)
         self.changes += 1
+        self.writer.submit(self._del_route, ip, ifc)
+
+    def _del_route(self, ip: str, ifc: str | None) -> None:
+        """(writer thread) FRR 8.4: if the route already vanished with its port (admin down) the kernel sends
+        no delete and zebra keeps advertising its imported copy. Re-adding as blackhole and deleting forces
+        a delete."""
+        try:
+            self.wipr.route("replace", dst=f"{ip}/32", table=self.table, type="blackhole", proto=PROTO_HPNLAB)
+            self.wipr.route("del", dst=f"{ip}/32", table=self.table)
+        except NetlinkError as e:
+            log(f"host route {ip}/32 removal: {e}")
         log(f"host route {ip}/32 dev {ifc} table {self.table} withdrawn")
 
     def flush(self) -> None:
@@ -269,10 +296,11 @@ class TorAgent:
                 for e in self.bfd.tick_and_send(now):
                     log(e)
             before = self.changes
+            self._collect(now)
             self.reconcile()
             if self.changes != before or now - last_status >= 1.0:
                 if now - last_status >= 1.0:  # safety net for a missed link event
-                    self.read_carriers(now)
+                    self.writer.submit(self._dump_carriers)
                 if now - last_resync >= NEIGH_RESYNC:  # safety net: the kernel's table is the truth
                     self.resync_neighbours()
                     self.reconcile()
@@ -283,6 +311,7 @@ class TorAgent:
     def stop(self) -> None:
         log("stopping: withdrawing host routes")
         self.flush()
+        self.writer.wait_idle(5)
 
 
 def main(argv: list[str] | None = None) -> int:
