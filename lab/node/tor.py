@@ -18,8 +18,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from hpnlab.node import lacp, microbfd, stack
 from hpnlab.node.agent import (RTM_DELNEIGH, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH, agent_main, apply_carriers,
-                               KernelWriter, LacpDriver, StatusFile, dump_links, iface_mac, link_states, log, nl_messages,
-                               parse_neigh, read_carriers, rtnl_socket, wait)
+                               KernelWriter, LacpDriver, StatusFile, dump_links, iface_mac, link_states, log,
+                               nl_messages, parse_neigh, read_carriers, rtnl_socket, wait)
 
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
 PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (rt_protos: unassigned)
@@ -179,7 +179,7 @@ class TorAgent:
         for ip, ifc in want.items():
             if self.installed.get(ip) != ifc:
                 # recorded now, written by the writer thread in order; a failed write is forgotten
-                # (``_failed``) so the next reconcile tries again
+                # (``_collect``) so the next reconcile tries again
                 self.installed[ip] = ifc
                 self.changes += 1
                 self.writer.submit(self._add_route, ip, ifc)
