@@ -3,12 +3,13 @@ every node of every lab counts against the same ``gc_thresh3`` (1024 entries by 
 only in the first namespace). Past it, each new entry first runs a forced garbage collection over the
 whole table and is then refused. A lab of the paper's segment needs ~2,000 IPv6 entries (BGP unnumbered:
 one per fabric link end) and, once every host has talked to every peer of its rail through the ARP proxy,
-~130,000 IPv4 entries (one per peer and host port, as on a real host). Measured on the full segment
+up to ~266,000 IPv4 entries (one per peer on each of a NIC's two ports, as on a real host). Measured on the full segment
 with the defaults: ~2 million forced collections in a few minutes, ~60 % of both cores in system time,
 and half the BGP sessions stuck in Connect because their neighbour entries were evicted.
 
 So before a lab's nodes exist, the thresholds are raised to what its size needs (never lowered), the
-values found are kept in the lab's state, and the last lab of the machine to go puts them back.
+values found are kept in one record per machine (/run/hpnlab/.neigh-limits.json), and the last lab of the
+machine to go puts them back.
 """
 
 from __future__ import annotations

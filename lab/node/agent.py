@@ -95,18 +95,24 @@ def split_nl(buf: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
+def rtattrs(payload: bytes, off: int):
+    """(type, value) of each rtnetlink attribute from ``off`` on (after the message's fixed header)."""
+    while off + 4 <= len(payload):
+        alen, atype = struct.unpack_from("=HH", payload, off)
+        if alen < 4:
+            return
+        yield atype, payload[off + 4:off + alen]
+        off += (alen + 3) & ~3
+
+
 def parse_neigh(payload: bytes) -> tuple[int, int, str | None]:
     """ndmsg (family, ifindex, NUD state) and its NDA_DST -> (ifindex, state, IPv4 address or None)."""
     family = payload[0]
     ifindex, state = struct.unpack_from("=iH", payload, 4)
-    dst, off = None, 12
-    while off + 4 <= len(payload):
-        alen, atype = struct.unpack_from("=HH", payload, off)
-        if alen < 4:
-            break
-        if atype == NDA_DST and family == socket.AF_INET and alen == 8:
-            dst = socket.inet_ntoa(payload[off + 4:off + 8])
-        off += (alen + 3) & ~3
+    dst = None
+    for atype, value in rtattrs(payload, 12):
+        if atype == NDA_DST and family == socket.AF_INET and len(value) == 4:
+            dst = socket.inet_ntoa(value)
     return ifindex, state, dst
 
 
@@ -120,14 +126,10 @@ def parse_link(payload: bytes) -> tuple[str | None, bool]:
     """ifinfomsg and its IFLA_IFNAME -> (name, carrier): admin up and lower layer up, as the kernel
     reports in IFF_LOWER_UP (what /sys/class/net/X/carrier says, without a sysfs read)."""
     flags = struct.unpack_from("=I", payload, 8)[0]
-    name, off = None, 16
-    while off + 4 <= len(payload):
-        alen, atype = struct.unpack_from("=HH", payload, off)
-        if alen < 4:
-            break
+    name = None
+    for atype, value in rtattrs(payload, 16):
         if atype == IFLA_IFNAME:
-            name = payload[off + 4:off + alen].split(b"\0", 1)[0].decode()
-        off += (alen + 3) & ~3
+            name = value.split(b"\0", 1)[0].decode()
     return name, bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
 
 
