@@ -140,6 +140,7 @@ def _write(tmp_path, text: str) -> Path:
 BAD_EXPERIMENTS = [
     ("name: x\nbogus: 1\n", "experiment field 'bogus': unknown key"),
     ("name: x\nduration: 1\n", "experiment field 'duration'"),
+    ("name: x\nup_timeout: 5\n", "experiment field 'up_timeout'"),
     ("name: x\nprobes: [{name: a, src: s0h0, dst: nohost}]\n", "'nohost' is not a host"),
     ("name: x\nprobes: [{name: a, src: s0h0, dst: s0h0}]\n", "src and dst are the same host"),
     ("name: x\nprobes: [{name: a, src: s0h0, dst: s1h0, rail: 5}]\n", "has no rail 5"),

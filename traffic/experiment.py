@@ -69,6 +69,8 @@ class ExperimentFile(_Strict):
     spec: str | None = None
     duration: float = Field(10.0, ge=2, le=600)
     repetitions: int = Field(1, ge=1, le=50)
+    up_timeout: float = Field(120.0, ge=10, le=3600, description=(
+        "seconds each variant's lab may take to come up healthy (the paper's segment needs ~2 minutes)"))
     lab_prefix: str = Field("xp", pattern=r"^[a-z][a-z0-9]{0,6}$")
     probes: list[Probe] = []
     workload: Workload = Workload()

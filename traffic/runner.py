@@ -268,12 +268,14 @@ def keep_logs(rt, dest: Path) -> None:
             pass
 
 
-def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: float = 120) -> dict:
-    """Every variant in turn; a variant that fails is reported as such and the others still run."""
+def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: float | None = None) -> dict:
+    """Every variant in turn; a variant that fails is reported as such and the others still run.
+    ``up_timeout``: seconds a variant's lab may take to come up healthy (default: the file's ``up_timeout``)."""
     from hpnlab.traffic import report
 
     out.mkdir(parents=True, exist_ok=True)
     doc = exp.doc
+    up_timeout = doc.up_timeout if up_timeout is None else up_timeout
     results: dict = {"experiment": doc.name, "description": doc.description, "file": str(exp.path),
                      "runtime": runtime, "repetitions": doc.repetitions, "duration": doc.duration,
                      "started": time.time(), "variants": {}}
