@@ -136,7 +136,7 @@ def test_rtnetlink_neighbour_messages_parse():
     import socket
     import struct
 
-    from hpnlab.node.agent import RTM_DELNEIGH, RTM_NEWLINK, parse_neigh, split_nl
+    from hpnlab.node.rtnl import RTM_DELNEIGH, RTM_NEWLINK, parse_neigh, split_nl
 
     def msg(mtype: int, payload: bytes) -> bytes:
         m = struct.pack("=IHHII", 16 + len(payload), mtype, 0, 0, 0) + payload

@@ -127,7 +127,7 @@ def test_agents_read_carrier_from_netlink_not_sysfs():
     import socket
     import struct
 
-    from hpnlab.node.agent import RTM_DELLINK, RTM_NEWLINK, dump_links, link_states
+    from hpnlab.node.rtnl import RTM_DELLINK, RTM_NEWLINK, dump_links, link_states
 
     assert dump_links().get("lo") is True  # this process's own namespace
 

@@ -1,12 +1,11 @@
 """What both agents share: LACP packet sockets, ARP kicks, a status file, and the select loop.
 
-Kept free of heavy imports (no pyroute2, no scapy) so the host agent stays small.
+Kept free of heavy imports (no pyroute2, no scapy) so the agents stay small; netlink is hpnlab.node.rtnl.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import queue
@@ -20,15 +19,12 @@ import time
 from pathlib import Path
 
 from hpnlab.node import lacp
+from hpnlab.node.rtnl import dump_links
 
 SOL_PACKET = 263
 PACKET_ADD_MEMBERSHIP = 1
 PACKET_MR_MULTICAST = 0
 ETH_P_ARP = 0x0806
-RTMGRP_LINK, RTMGRP_NEIGH = 0x1, 0x4
-RTM_NEWLINK, RTM_DELLINK, RTM_NEWNEIGH, RTM_DELNEIGH = 16, 17, 28, 29
-NLMSG_HDRLEN = 16
-NDA_DST = 1
 AGENT_NICE = -10  # scheduling priority of the agents (FRR runs at 0)
 
 
@@ -54,116 +50,6 @@ def arp_request(src_mac: str, src_ip: str, target_ip: str) -> bytes:
     return (b"\xff" * 6 + smac + struct.pack("!H", ETH_P_ARP)
             + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + smac + socket.inet_aton(src_ip)
             + b"\0" * 6 + socket.inet_aton(target_ip))
-
-
-def rtnl_socket(groups: int) -> socket.socket:
-    """A raw rtnetlink socket subscribed to ``groups``, read straight from the agent's select loop
-    (no reader thread, no library buffering between the kernel's event and the agent)."""
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    s.bind((0, groups))
-    s.setblocking(False)
-    return s
-
-
-def nl_messages(sock: socket.socket) -> tuple[list[tuple[int, bytes]], bool]:
-    """Drain the socket: (message type, payload) of every message, and whether the kernel dropped some
-    (ENOBUFS: the caller must then re-read the state it follows)."""
-    msgs: list[tuple[int, bytes]] = []
-    overrun = False
-    while True:
-        try:
-            buf = sock.recv(1 << 16)
-        except BlockingIOError:
-            return msgs, overrun
-        except OSError as e:
-            if e.errno != errno.ENOBUFS:
-                raise
-            overrun = True
-            continue
-        msgs += split_nl(buf)
-
-
-def split_nl(buf: bytes) -> list[tuple[int, bytes]]:
-    out, off = [], 0
-    while off + NLMSG_HDRLEN <= len(buf):
-        length, mtype = struct.unpack_from("=IH", buf, off)
-        if length < NLMSG_HDRLEN or off + length > len(buf):
-            break
-        out.append((mtype, buf[off + NLMSG_HDRLEN:off + length]))
-        off += (length + 3) & ~3
-    return out
-
-
-def rtattrs(payload: bytes, off: int):
-    """(type, value) of each rtnetlink attribute from ``off`` on (after the message's fixed header)."""
-    while off + 4 <= len(payload):
-        alen, atype = struct.unpack_from("=HH", payload, off)
-        if alen < 4:
-            return
-        yield atype, payload[off + 4:off + alen]
-        off += (alen + 3) & ~3
-
-
-def parse_neigh(payload: bytes) -> tuple[int, int, str | None]:
-    """ndmsg (family, ifindex, NUD state) and its NDA_DST -> (ifindex, state, IPv4 address or None)."""
-    family = payload[0]
-    ifindex, state = struct.unpack_from("=iH", payload, 4)
-    dst = None
-    for atype, value in rtattrs(payload, 12):
-        if atype == NDA_DST and family == socket.AF_INET and len(value) == 4:
-            dst = socket.inet_ntoa(value)
-    return ifindex, state, dst
-
-
-IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
-IFLA_IFNAME = 3
-RTM_GETLINK, NLMSG_DONE, NLMSG_ERROR = 18, 3, 2
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
-
-
-def parse_link(payload: bytes) -> tuple[str | None, bool]:
-    """ifinfomsg and its IFLA_IFNAME -> (name, carrier): admin up and lower layer up, as the kernel
-    reports in IFF_LOWER_UP (what /sys/class/net/X/carrier says, without a sysfs read)."""
-    flags = struct.unpack_from("=I", payload, 8)[0]
-    name = None
-    for atype, value in rtattrs(payload, 16):
-        if atype == IFLA_IFNAME:
-            name = value.split(b"\0", 1)[0].decode()
-    return name, bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
-
-
-def link_states(msgs: list[tuple[int, bytes]]) -> dict[str, bool]:
-    """Carrier of every link named in a batch of link notifications (a deleted link is down)."""
-    out: dict[str, bool] = {}
-    for mtype, payload in msgs:
-        if mtype in (RTM_NEWLINK, RTM_DELLINK) and len(payload) >= 16:
-            name, up = parse_link(payload)
-            if name:
-                out[name] = up and mtype == RTM_NEWLINK
-    return out
-
-
-def dump_links() -> dict[str, bool]:
-    """Carrier of every link of this namespace, from one RTM_GETLINK dump.
-
-    Not sysfs: on this kernel a read of /sys/class/net/X/carrier retries for as long as another process
-    holds the RTNL lock, and zebra installing routes holds it most of the time while a large lab
-    converges. A ToR agent reading its 128 host ports that way missed its heartbeat by 5-9 s on the
-    paper's segment, let LACP expire, and the withdrawn host routes fed the routing load that starved it."""
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
-    s.settimeout(5)
-    try:
-        s.sendto(struct.pack("=IHHII", 32, RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
-                 + struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0), (0, 0))
-        out: dict[str, bool] = {}
-        while True:
-            for mtype, payload in split_nl(s.recv(1 << 16)):
-                if mtype in (NLMSG_DONE, NLMSG_ERROR):
-                    return out
-                out.update(link_states([(mtype, payload)]))
-    finally:
-        s.close()
 
 
 def apply_carriers(ports: list, bfd, now: float, states: dict[str, bool]) -> None:

@@ -16,8 +16,9 @@ import subprocess
 import time
 
 from hpnlab.node import lacp, microbfd
-from hpnlab.node.agent import (RTMGRP_LINK, agent_main, apply_carriers, KernelWriter, LacpDriver, StatusFile,
-                               arp_request, link_states, log, nl_messages, read_carriers, rtnl_socket, wait)
+from hpnlab.node.agent import (agent_main, apply_carriers, KernelWriter, LacpDriver, StatusFile, arp_request, log,
+                               read_carriers, wait)
+from hpnlab.node.rtnl import RTMGRP_LINK, link_states, nl_messages, rtnl_socket
 
 ARP_REFRESH = 1.0  # the host re-announces itself each second, so a ToR whose ARP entry aged out relearns it
 

@@ -13,18 +13,18 @@ import ipaddress
 import socket
 import time
 
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
-
-from hpnlab.node import lacp, microbfd, stack
-from hpnlab.node.agent import (RTM_DELNEIGH, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH, agent_main, apply_carriers,
-                               KernelWriter, LacpDriver, StatusFile, dump_links, iface_mac, link_states, log,
-                               nl_messages, parse_neigh, read_carriers, rtnl_socket, wait)
+from hpnlab.node import lacp, microbfd, rtnl, stack
+from hpnlab.node.agent import (agent_main, apply_carriers, KernelWriter, LacpDriver, StatusFile, iface_mac, log,
+                               read_carriers, wait)
+from hpnlab.node.rtnl import (RT_SCOPE_LINK, RTM_DELNEIGH, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH, RTN_BLACKHOLE,
+                              dump_links, link_states, nl_messages, parse_neigh, rtnl_socket)
 
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
-PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (rt_protos: unassigned)
-RT_SCOPE_LINK = 253
-NEIGH_RESYNC = 5.0
+PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (iproute2 may print it as 'openr')
+# Safety nets behind the netlink subscriptions, which carry every change as it happens: the kernel's
+# neighbour table and the ports' carrier are read whole this often. Every second cost a 128-port ToR
+# agent ~2 % of a core doing nothing; the shipped experiments never needed either net.
+RESYNC_S = 5.0
 
 
 class HoldDown:
@@ -84,8 +84,6 @@ class TorAgent:
         self.hold = HoldDown(bool(hd.get("enabled")), float(hd.get("max_s", 30)))
         self.remote = [str(ipaddress.IPv4Network(n)) for n in cfg.get("remote_subnets") or []]
         self.next_fib_check = 0.0
-        self.ipr = IPRoute()  # dumps (this thread)
-        self.wipr = IPRoute()  # route writes (the writer thread: a pyroute2 socket is not shared by threads)
         self.writer = KernelWriter()
         st = cfg.get("stacked")  # the stacked baseline: peer-link sync, out-of-band heartbeat, the §4.1 rule
         self.pair = stack.Pair(cfg["name"], st["role"], st["sync_timeout_ms"] / 1000, st["heartbeat_timeout_ms"] / 1000,
@@ -111,11 +109,7 @@ class TorAgent:
     # --- hold-down ---------------------------------------------------------------------------------
     def fabric_missing(self) -> list[str]:
         """The other sets' subnets (of this rail) the main table has no route to."""
-        have = set()
-        for r in self.ipr.get_routes(family=socket.AF_INET, table=254):
-            dst = r.get_attr("RTA_DST")
-            if dst:
-                have.add(f"{dst}/{r['dst_len']}")
+        have = rtnl.route_prefixes(254)
         return [n for n in self.remote if n not in have]
 
     def update_hold(self, now: float) -> None:
@@ -160,8 +154,8 @@ class TorAgent:
 
     def resync_neighbours(self) -> None:
         self.neigh.clear()
-        for m in self.ipr.get_neighbours(family=socket.AF_INET):
-            self._neigh(m["ifindex"], m["state"], m.get_attr("NDA_DST"), deleted=False)
+        for ifindex, state, dst in rtnl.dump_neighbours(socket.AF_INET):
+            self._neigh(ifindex, state, dst, deleted=False)
 
     # --- routes ----------------------------------------------------------------------------------
     def reconcile(self) -> None:
@@ -187,10 +181,10 @@ class TorAgent:
     def _add_route(self, ip: str, ifc: str):
         """(writer thread) One host /32 into table 10."""
         try:
-            self.wipr.route("replace", dst=f"{ip}/32", oif=self.ifindex[ifc], table=self.table,
-                            scope=RT_SCOPE_LINK, proto=PROTO_HPNLAB)
+            rtnl.route_replace(f"{ip}/32", self.table, oif=self.ifindex[ifc], scope=RT_SCOPE_LINK,
+                               proto=PROTO_HPNLAB)
             log(f"host route {ip}/32 dev {ifc} table {self.table} added")
-        except NetlinkError as e:
+        except OSError as e:
             log(f"host route {ip}/32 dev {ifc}: {e}")
             return ("failed", ip, ifc)
         return None
@@ -218,9 +212,9 @@ class TorAgent:
         no delete and zebra keeps advertising its imported copy. Re-adding as blackhole and deleting forces
         a delete."""
         try:
-            self.wipr.route("replace", dst=f"{ip}/32", table=self.table, type="blackhole", proto=PROTO_HPNLAB)
-            self.wipr.route("del", dst=f"{ip}/32", table=self.table)
-        except NetlinkError as e:
+            rtnl.route_replace(f"{ip}/32", self.table, rtype=RTN_BLACKHOLE, proto=PROTO_HPNLAB)
+            rtnl.route_delete(f"{ip}/32", self.table)
+        except OSError as e:
             log(f"host route {ip}/32 removal: {e}")
         log(f"host route {ip}/32 dev {ifc} table {self.table} withdrawn")
 
@@ -249,8 +243,8 @@ class TorAgent:
         if shut != self.ports_shut:
             for ifc, idx in self.ifindex.items():
                 try:
-                    self.ipr.link("set", index=idx, state="down" if shut else "up")
-                except NetlinkError as e:
+                    rtnl.link_set_up(idx, not shut)
+                except OSError as e:
                     log(f"{ifc}: admin {'down' if shut else 'up'}: {e}")
             self.ports_shut = shut
             self.read_carriers(now)
@@ -299,9 +293,8 @@ class TorAgent:
             self._collect(now)
             self.reconcile()
             if self.changes != before or now - last_status >= 1.0:
-                if now - last_status >= 1.0:  # safety net for a missed link event
+                if now - last_resync >= RESYNC_S:  # safety nets: the kernel's tables are the truth
                     self.writer.submit(self._dump_carriers)
-                if now - last_resync >= NEIGH_RESYNC:  # safety net: the kernel's table is the truth
                     self.resync_neighbours()
                     self.reconcile()
                     last_resync = now
