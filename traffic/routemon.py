@@ -1,22 +1,45 @@
-"""Route monitor: the routers' own timestamps of a route change, to set beside the measured gap.
+"""Route monitor: the routers' own timestamps of each route change, to set beside the measured gap.
 
-``ip -ts -o monitor route`` runs inside each watched router's namespace (through the runtime, so any
-runtime works); it stamps every netlink route message with the wall clock, the same clock the probes use.
+Where a router's network namespace is reachable from this machine (``/run/netns/<name>``: the netns
+runtime's namespaces, and the names containerlab gives its containers' namespaces), one netlink socket
+per router is opened inside that namespace, one thread of the experiment process reads them all, and
+pyroute2 decodes the messages: no process per router (136 ``ip monitor`` processes on the paper's
+segment). Elsewhere (c9s: the nodes run
+in a cluster) ``ip -ts -o monitor route`` runs inside each node. Either way each router's events land in
+its own file, stamped with the wall clock (the clock the probes use) as they are read; ``parse`` reads
+both formats, so raw results recorded before still re-analyse.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
+import os
 import re
+import select
+import socket
+import struct
 import subprocess
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
 from hpnlab.runtime.base import Runtime
 
+NETNS_DIR = Path("/run/netns")
+RTMGRP_IPV4_ROUTE = 0x40
+RTM_NEWROUTE, RTM_DELROUTE = 24, 25
+RTM_GETLINK, NLMSG_DONE, NLMSG_ERROR = 18, 3, 2
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+CLONE_NEWNET = 0x40000000
+SO_RCVBUFFORCE = 33
+RT_TABLE_LOCAL = 255
 LINE = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\]\s+(?P<del>Deleted\s+)?(?P<type>blackhole\s+|unreachable\s+)?(?P<dst>[0-9./]+)\s(?P<rest>.*)$")
 
 
 def start(rt: Runtime, node: str, out: Path) -> subprocess.Popen:
+    """``ip monitor`` inside one node (runtimes whose namespaces this machine cannot enter)."""
     f = open(out, "w")
     try:
         return subprocess.Popen(rt.exec_argv(node, ["ip", "-ts", "-o", "monitor", "route"]), stdout=f,
@@ -25,17 +48,180 @@ def start(rt: Runtime, node: str, out: Path) -> subprocess.Popen:
         f.close()
 
 
+def event_lines(ts: float, data: bytes, ifnames: dict[int, str]) -> list[str]:
+    """The IPv4 route changes in one read from a route socket, as JSON lines (pyroute2 decodes them)."""
+    from pyroute2.netlink.rtnl.rtmsg import rtmsg
+
+    out, off = [], 0
+    while off + 16 <= len(data):
+        length, mtype = struct.unpack_from("=IH", data, off)
+        if length < 16:
+            break
+        if mtype in (RTM_NEWROUTE, RTM_DELROUTE):
+            msg = rtmsg(data[off:off + length])
+            msg.decode()
+            if msg["family"] == socket.AF_INET:
+                dst = msg.get_attr("RTA_DST") or "0.0.0.0"
+                devs = [msg.get_attr("RTA_OIF")] + [nh.get("oif") for nh in msg.get_attr("RTA_MULTIPATH") or []]
+                out.append(json.dumps({"ts": ts, "event": "del" if mtype == RTM_DELROUTE else "add",
+                                       "prefix": f"{dst}/{msg['dst_len']}",
+                                       "table": msg.get_attr("RTA_TABLE") or msg["table"], "type": msg["type"],
+                                       "via": " ".join(ifnames.get(i, str(i)) for i in devs if i)}))
+        off += (length + 3) & ~3
+    return out
+
+
+def netns_socket(name: str) -> socket.socket:
+    """A NETLINK_ROUTE socket that lives in namespace ``/run/netns/<name>``: made by a short-lived thread
+    that enters the namespace (setns moves only the calling thread), so nothing forks. (pyroute2's own
+    netns sockets fork a copy of this process, which inherits the experiment's signal handlers: a
+    SIGTERM to that copy ran the experiment's rollback in it and took the lab down.)"""
+    box: dict = {}
+
+    def enter_and_open() -> None:
+        try:
+            fd = os.open(NETNS_DIR / name, os.O_RDONLY)
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns {name}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            box["sock"] = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=enter_and_open, name=f"netns-{name}")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["sock"]
+
+
+def link_names(name: str) -> dict[int, str]:
+    """ifindex -> name of every link in a namespace (a RTM_GETLINK dump, decoded by pyroute2)."""
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+    names: dict[int, str] = {}
+    with netns_socket(name) as s:
+        s.settimeout(5)
+        s.sendto(struct.pack("=IHHII", 32, RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
+                 + struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0), (0, 0))
+        while True:
+            data, off = s.recv(1 << 16), 0
+            while off + 16 <= len(data):
+                length, mtype = struct.unpack_from("=IH", data, off)
+                if length < 16 or mtype in (NLMSG_DONE, NLMSG_ERROR):
+                    return names
+                msg = ifinfmsg(data[off:off + length])
+                msg.decode()
+                names[msg["index"]] = msg.get_attr("IFLA_IFNAME")
+                off += (length + 3) & ~3
+
+
+class Watcher:
+    """Route sockets inside many routers' namespaces, read by one thread until ``stop``."""
+
+    def __init__(self) -> None:
+        self._socks: dict[int, tuple] = {}  # fd -> (socket, file, ifindex -> name)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, netns: str, out: Path) -> None:
+        sock = netns_socket(netns)
+        try:
+            # a ToR of the paper's segment gets ~900 route messages of 60 nexthops each in one burst;
+            # FORCE (root) goes past net.core.rmem_max (208 KiB by default)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 1 << 22)
+            except OSError:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+            sock.bind((0, RTMGRP_IPV4_ROUTE))
+            sock.setblocking(False)
+            # ifindexes are lab-wide unique and a failed link keeps its own, so the names are read once
+            names = link_names(netns)
+            f = open(out, "w")
+        except BaseException:
+            sock.close()
+            raise
+        self._socks[sock.fileno()] = (sock, f, names)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="route-watcher", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self._socks:
+            ready, _, _ = select.select(list(self._socks), [], [], 0.2)
+            ts = time.time()  # when the kernel's messages were there to read, before any parsing
+            for fd in ready:
+                sock, f, names = self._socks[fd]
+                try:
+                    data = sock.recv(1 << 20)
+                except BlockingIOError:
+                    continue
+                except OSError:  # ENOBUFS: the kernel dropped messages; say so in the file
+                    f.write(json.dumps({"ts": ts, "overrun": True}) + "\n")
+                    continue
+                for line in event_lines(ts, data, names):
+                    f.write(line + "\n")
+                f.flush()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        for sock, f, _names in self._socks.values():
+            f.close()
+            sock.close()
+        self._socks.clear()
+
+
+def watch(rt: Runtime, nodes: list[str], out_dir: Path) -> tuple[Watcher, list[tuple[str, subprocess.Popen]]]:
+    """Start watching ``nodes``: routes-<node>.log in ``out_dir`` each. Returns the in-process watcher and
+    the ``ip monitor`` processes started for nodes whose namespace this machine cannot enter."""
+    w, procs = Watcher(), []
+    try:
+        for n in nodes:
+            out = out_dir / f"routes-{n}.log"
+            if (NETNS_DIR / rt.netns(n)).exists():
+                w.add(rt.netns(n), out)
+            else:
+                procs.append((n, start(rt, n, out)))
+        w.start()
+    except BaseException:
+        w.stop()
+        for _n, p in procs:
+            p.kill()
+            p.wait()
+        raise
+    return w, procs
+
+
 def parse(text: str, node: str, prefixes: set[str] | None = None) -> list[dict]:
-    """Route add/delete events for the given prefixes (host /32s written without the /32 by ip)."""
+    """Route add/delete events for the given prefixes, from the watcher's JSON lines or ``ip monitor``'s
+    text (host /32s written without the /32 by ip); the local table is left out."""
     events = []
     for line in text.splitlines():
-        m = LINE.match(line.strip())
-        if not m or "table local" in m["rest"]:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if d.get("table") == RT_TABLE_LOCAL or "prefix" not in d:
+                continue
+            ev = {"ts": d["ts"], "prefix": d["prefix"], "event": d["event"], "via": d.get("via", "")}
+        else:
+            m = LINE.match(line)
+            if not m or "table local" in m["rest"]:
+                continue
+            ev = {"ts": datetime.fromisoformat(m["ts"]).timestamp(),
+                  "prefix": m["dst"] if "/" in m["dst"] else f"{m['dst']}/32", "event": "del" if m["del"] else "add",
+                  "via": " ".join(re.findall(r"dev (\S+)", m["rest"]))}
+        if prefixes is not None and ev["prefix"] not in prefixes:
             continue
-        dst = m["dst"] if "/" in m["dst"] else f"{m['dst']}/32"
-        if prefixes is not None and dst not in prefixes:
-            continue
-        events.append({"ts": datetime.fromisoformat(m["ts"]).timestamp(), "node": node, "prefix": dst,
-                       "event": "del" if m["del"] else "add",
-                       "via": " ".join(re.findall(r"dev (\S+)", m["rest"]))})
+        events.append({"ts": ev["ts"], "node": node, "prefix": ev["prefix"], "event": ev["event"], "via": ev["via"]})
     return events

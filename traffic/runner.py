@@ -111,7 +111,8 @@ class Repetition:
     def __init__(self, rt: Runtime, plan: Plan, run_dir: Path, duration: float, bar: Bar, label: str):
         self.rt, self.plan, self.dir, self.duration, self.bar, self.label = rt, plan, run_dir, duration, bar, label
         self.procs: list[tuple[dict, subprocess.Popen]] = []
-        self.monitors: list[tuple[str, subprocess.Popen, Path]] = []
+        self.watcher: routemon.Watcher | None = None
+        self.monitors: list[tuple[str, subprocess.Popen]] = []  # ip monitor, where the watcher cannot reach
         self.injector = faultmod.Injector(rt, plan.cfgs)
         self.timeline: list[dict] = []
 
@@ -132,10 +133,8 @@ class Repetition:
 
     def _run(self) -> dict:
         routers = [n for n, c in self.plan.cfgs.items() if c["role"] != "host"]
-        for n in routers:
-            out = self.dir / f"routes-{n}.log"
-            self.monitors.append((n, routemon.start(self.rt, n, out), out))
-        self.injector.exclude = {p.pid for _n, p, _o in self.monitors}
+        self.watcher, self.monitors = routemon.watch(self.rt, routers, self.dir)
+        self.injector.exclude = {p.pid for _n, p in self.monitors}
         t0 = time.time() + START_SLACK
         plan = launch_plan(self.plan, self.dir, t0, self.duration)
         delayed = []
@@ -219,13 +218,15 @@ class Repetition:
         self.injector.revert_all()
         self.bar.end_bar()
         ours = {p.pid: (lambda c: True) for _s, p in self.procs if p.poll() is None}
-        ours.update({p.pid: (lambda c: True) for _n, p, _o in self.monitors if p.poll() is None})
+        ours.update({p.pid: (lambda c: True) for _n, p in self.monitors if p.poll() is None})
         if ours:
             kill_pids(ours, timeout=3)
         for _s, p in self.procs:
             p.poll()
-        for _n, p, _o in self.monitors:
+        for _n, p in self.monitors:
             p.poll()
+        if self.watcher:
+            self.watcher.stop()
 
 
 def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
