@@ -129,16 +129,32 @@ def memory(rt, cfgs: dict, base_used: int) -> dict:
             agents[c["role"]].append(pss_kib(pid))
     per_router = [sum(d.values()) for d in routers.values()]
     by_daemon = {d: max((r.get(d, 0) for r in routers.values()), default=0) / 1024 for d in frr.DAEMONS}
+    mean_daemon = {d: sum(v) / len(v) / 1024 for d in frr.DAEMONS
+                   if (v := [r[d] for r in routers.values() if d in r])}
     procs = sum(per_router) + sum(sum(v) for v in agents.values())
     used = used_kib()
     mib = lambda kib: round(kib / 1024, 1)  # noqa: E731
     return {"frr_total_mib": mib(sum(per_router)), "frr_per_router_max_mib": mib(max(per_router, default=0)),
             "frr_per_router_mean_mib": mib(sum(per_router) / max(1, len(per_router))),
             "frr_daemon_max_mib": {d: round(v, 1) for d, v in by_daemon.items() if v},
+            "frr_daemon_mean_mib": {d: round(v, 1) for d, v in mean_daemon.items()},
             "agents_total_mib": mib(sum(sum(v) for v in agents.values())),
             **{f"{role}_agent_max_mib": mib(max(v)) for role, v in agents.items() if v},
             **{f"{role}_agent_mean_mib": mib(sum(v) / len(v)) for role, v in agents.items() if v},
             "kernel_mib": mib(max(0, used - base_used - procs)), "lab_used_mib": mib(used - base_used)}
+
+
+def timers(spec: dict) -> str:
+    """The timers a rung ran with, from its spec as recorded (defaults where the spec says nothing)."""
+    from hpnlab.spec import parse_spec
+
+    s = parse_spec({k: v for k, v in spec.items() if k != "name"} | {"name": "t"}, "record")
+    bfd = f"BFD {s.bfd.interval_ms} ms x {s.bfd.multiplier}" if s.bfd.enabled else "BFD off"
+    return f"LACP {'fast' if s.lacp.fast_rate else 'slow'}, {bfd}, BGP {s.bgp.keepalive}/{s.bgp.hold}"
+
+
+def series_name(r: dict) -> str:
+    return r.get("label") or r.get("timers") or timers(r["spec"])
 
 
 def run_rung(nodes: int, overrides: dict, timeout: float, idle: float) -> dict:
@@ -169,6 +185,7 @@ def run_rung(nodes: int, overrides: dict, timeout: float, idle: float) -> dict:
 
     record = {"nodes": nodes, "spec": spec.model_dump(mode="json", exclude_defaults=True), "size": size,
               "overrides": overrides, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    record["timers"] = timers(record["spec"])
     clock.mark("render")  # topology, files, neighbour table limits
     try:
         rt, cfgs, checks = bring_up(spec, timeout=timeout, progress=progress, keep=True)
@@ -217,9 +234,11 @@ def plot(records: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    labels = sorted({r.get("label", "") for r in records})
+    latest = {(series_name(r), r["nodes"]): r for r in records}  # the last run of each rung and timers
+    records = list(latest.values())
+    labels = sorted({series_name(r) for r in records})
     for lab in labels:
-        rs = sorted([r for r in records if r.get("label", "") == lab], key=lambda r: r["nodes"])
+        rs = sorted([r for r in records if series_name(r) == lab], key=lambda r: r["nodes"])
         xs = [r["nodes"] for r in rs]
         upto = [sum(p["wall_s"] for k, p in r["phases"].items() if k not in ("idle", "down")) for r in rs]
         a1.plot(xs, upto, "o-", label=f"up -> verified {lab}".strip())
@@ -242,6 +261,26 @@ def plot(records: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def table(records: list[dict]) -> str:
+    """The records as a Markdown table (one row per run, oldest first; the plot shows the last run of each
+    rung and timers)."""
+    rows = ["| run | nodes | timers | up -> verified | BGP converge | idle: CPU-s / s, drops | FRR PSS per router | "
+            "agents PSS (host / ToR) | peak used | down |", "|" + "---|" * 10]
+    for r in records:
+        ph = r["phases"]
+        up = sum(p["wall_s"] for k, p in ph.items() if k not in ("idle", "down"))
+        idle = ph.get("idle", {})
+        drops = r.get("idle", {}).get("sessions_dropped", "-")
+        m = r.get("memory", {})
+        rows.append(f"| {r['time']} | {r['nodes']} | {series_name(r)} | {up:.1f} s{'' if r.get('verified') else ' (NOT verified)'} | "
+                    f"{ph.get('BGP converged', {}).get('wall_s', '-')} s | "
+                    f"{idle.get('cpu_s', '-')} / {idle.get('wall_s', '-')}, {drops} | "
+                    f"{m.get('frr_per_router_mean_mib', '-')} MiB | "
+                    f"{m.get('host_agent_mean_mib', '-')} / {m.get('tor_agent_mean_mib', '-')} MiB | "
+                    f"{r['peak_used_mib'] / 1024:.2f} GiB | {ph.get('down', {}).get('wall_s', '-')} s |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     import yaml
 
@@ -249,16 +288,21 @@ def main() -> int:
     ap.add_argument("--rungs", default="16,32,48,78,140,264",
                     help=f"node counts, comma-separated (16 and {', '.join(map(str, RUNGS))})")
     ap.add_argument("--set", default="{}", help="YAML mapping merged into every rung's spec, e.g. '{bfd: {enabled: false}}'")
-    ap.add_argument("--label", default="", help="names this configuration in the JSON and on the plot")
+    ap.add_argument("--label", default="", help="names this configuration in the JSON and on the plot "
+                                                "(default: its timers, e.g. 'LACP slow, BFD off, BGP 3/9')")
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for a rung to verify (default 600)")
     ap.add_argument("--idle", type=float, default=0, help="seconds to watch a verified lab for BGP drops")
     ap.add_argument("--out", default=str(OUT), help="directory for scale.json and plot.png")
     ap.add_argument("--plot-only", action="store_true")
+    ap.add_argument("--table", action="store_true", help="print the recorded runs as a Markdown table and exit")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     db = out / "scale.json"
     records = json.loads(db.read_text()) if db.exists() else []
+    if a.table:
+        print(table(records))
+        return 0
     if not a.plot_only:
         if os.geteuid() != 0:
             print("bench/scale.py: needs root (it runs labs)", file=sys.stderr)
