@@ -20,13 +20,13 @@ RTM_NEWNEIGH, RTM_DELNEIGH, RTM_GETNEIGH = 28, 29, 30
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLMSG_HDRLEN = 16
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
-NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
+NLM_F_REPLACE, NLM_F_CREATE = 0x100, 0x400
 NDA_DST = 1
 IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
 IFLA_IFNAME = 3
 RTA_DST, RTA_OIF, RTA_TABLE = 1, 4, 15
 RTN_UNICAST, RTN_BLACKHOLE = 1, 6
-RT_SCOPE_UNIVERSE, RT_SCOPE_LINK = 0, 253
+RT_SCOPE_UNIVERSE, RT_SCOPE_LINK, RT_SCOPE_NOWHERE = 0, 253, 255
 TIMEOUT_S = 5.0  # a dump or write the kernel does not answer in this long raises (TimeoutError)
 
 _seq = itertools.count(1)
@@ -209,10 +209,8 @@ def route_replace(dst: str, table: int, oif: int | None = None, rtype: int = RTN
 
 
 def route_delete(dst: str, table: int) -> None:
-    # rtm_scope RT_SCOPE_NOWHERE (255) in a delete means "any scope", as ip route del sends it
-    body = route_body(dst, table, rtype=0)
-    body = body[:6] + b"\xff" + body[7:]
-    _exchange(RTM_DELROUTE, NLM_F_ACK, body)
+    # in a delete, scope NOWHERE and type 0 mean "any", as ip route del sends them
+    _exchange(RTM_DELROUTE, NLM_F_ACK, route_body(dst, table, rtype=0, scope=RT_SCOPE_NOWHERE))
 
 
 def link_set_up(ifindex: int, up: bool) -> None:
