@@ -47,6 +47,7 @@ CHILD = textwrap.dedent("""
     rtnl.link_set_up(idx, True)
     assert "UP" in json.loads(ip("-j", "link", "show", "d0"))[0]["flags"]
     assert rtnl.dump_links()["d0"] is True
+    assert rtnl.link_names()[idx] == "d0"
 
     rtnl.route_replace("10.9.0.5/32", 10, oif=idx, scope=rtnl.RT_SCOPE_LINK, proto=99)
     (r,) = json.loads(ip("-N", "-j", "route", "show", "table", "10"))   # -N: numbers, not rt_protos names

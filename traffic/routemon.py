@@ -25,13 +25,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from hpnlab.node import rtnl
 from hpnlab.runtime.base import Runtime
 
 NETNS_DIR = Path("/run/netns")
 RTMGRP_IPV4_ROUTE = 0x40
-RTM_NEWROUTE, RTM_DELROUTE = 24, 25
-RTM_GETLINK, NLMSG_DONE, NLMSG_ERROR = 18, 3, 2
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 CLONE_NEWNET = 0x40000000
 SO_RCVBUFFORCE = 33
 RT_TABLE_LOCAL = 255
@@ -57,13 +55,13 @@ def event_lines(ts: float, data: bytes, ifnames: dict[int, str]) -> list[str]:
         length, mtype = struct.unpack_from("=IH", data, off)
         if length < 16:
             break
-        if mtype in (RTM_NEWROUTE, RTM_DELROUTE):
+        if mtype in (rtnl.RTM_NEWROUTE, rtnl.RTM_DELROUTE):
             msg = rtmsg(data[off:off + length])
             msg.decode()
             if msg["family"] == socket.AF_INET:
                 dst = msg.get_attr("RTA_DST") or "0.0.0.0"
                 devs = [msg.get_attr("RTA_OIF")] + [nh.get("oif") for nh in msg.get_attr("RTA_MULTIPATH") or []]
-                out.append(json.dumps({"ts": ts, "event": "del" if mtype == RTM_DELROUTE else "add",
+                out.append(json.dumps({"ts": ts, "event": "del" if mtype == rtnl.RTM_DELROUTE else "add",
                                        "prefix": f"{dst}/{msg['dst_len']}",
                                        "table": msg.get_attr("RTA_TABLE") or msg["table"], "type": msg["type"],
                                        "via": " ".join(ifnames.get(i, str(i)) for i in devs if i)}))
@@ -100,27 +98,6 @@ def netns_socket(name: str) -> socket.socket:
     return box["sock"]
 
 
-def link_names(name: str) -> dict[int, str]:
-    """ifindex -> name of every link in a namespace (a RTM_GETLINK dump, decoded by pyroute2)."""
-    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
-
-    names: dict[int, str] = {}
-    with netns_socket(name) as s:
-        s.settimeout(5)
-        s.sendto(struct.pack("=IHHII", 32, RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
-                 + struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0), (0, 0))
-        while True:
-            data, off = s.recv(1 << 16), 0
-            while off + 16 <= len(data):
-                length, mtype = struct.unpack_from("=IH", data, off)
-                if length < 16 or mtype in (NLMSG_DONE, NLMSG_ERROR):
-                    return names
-                msg = ifinfmsg(data[off:off + length])
-                msg.decode()
-                names[msg["index"]] = msg.get_attr("IFLA_IFNAME")
-                off += (length + 3) & ~3
-
-
 class Watcher:
     """Route sockets inside many routers' namespaces, read by one thread until ``stop``."""
 
@@ -141,7 +118,8 @@ class Watcher:
             sock.bind((0, RTMGRP_IPV4_ROUTE))
             sock.setblocking(False)
             # ifindexes are lab-wide unique and a failed link keeps its own, so the names are read once
-            names = link_names(netns)
+            with netns_socket(netns) as dumper:
+                names = rtnl.link_names(dumper)
             f = open(out, "w")
         except BaseException:
             sock.close()

@@ -125,11 +125,12 @@ def message(mtype: int, flags: int, body: bytes, seq: int = 0) -> bytes:
     return struct.pack("=IHHII", NLMSG_HDRLEN + len(body), mtype, flags, seq, 0) + body
 
 
-def _exchange(mtype: int, flags: int, body: bytes) -> list[tuple[int, bytes]]:
-    """Send one request on a fresh socket and read its answer: every message of a dump, or the ACK.
-    A negative error in the answer raises OSError with that errno."""
+def _exchange(mtype: int, flags: int, body: bytes, sock: socket.socket | None = None) -> list[tuple[int, bytes]]:
+    """Send one request and read its answer: every message of a dump, or the ACK. On a fresh socket of
+    this namespace unless ``sock`` is given (one opened in another namespace; left open). A negative
+    error in the answer raises OSError with that errno."""
     seq = next(_seq)
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    s = sock or socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
     s.settimeout(TIMEOUT_S)
     try:
         s.sendto(message(mtype, flags | NLM_F_REQUEST, body, seq), (0, 0))
@@ -145,11 +146,19 @@ def _exchange(mtype: int, flags: int, body: bytes) -> list[tuple[int, bytes]]:
                     return out  # the ACK of a write
                 out.append((rtype, payload))
     finally:
-        s.close()
+        if sock is None:
+            s.close()
 
 
-def dump(mtype: int, body: bytes) -> list[tuple[int, bytes]]:
-    return _exchange(mtype, NLM_F_DUMP, body)
+def dump(mtype: int, body: bytes, sock: socket.socket | None = None) -> list[tuple[int, bytes]]:
+    return _exchange(mtype, NLM_F_DUMP, body, sock)
+
+
+def link_names(sock: socket.socket | None = None) -> dict[int, str]:
+    """ifindex -> name of every link (of this namespace, or of the one ``sock`` lives in)."""
+    msgs = dump(RTM_GETLINK, struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0), sock)
+    return {struct.unpack_from("=i", p, 4)[0]: name for t, p in msgs
+            if t == RTM_NEWLINK and len(p) >= 16 and (name := parse_link(p)[0])}
 
 
 def dump_links() -> dict[str, bool]:
