@@ -1,5 +1,5 @@
-"""The route watcher: pyroute2 sockets inside routers' namespaces, read by one thread; its JSON lines and
-``ip monitor``'s text parse to the same events."""
+"""The route watcher: one process with a netlink socket inside each router's namespace, decoded with
+pyroute2; its JSON lines and ``ip monitor``'s text parse to the same events."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class _Rt:
         return self.names[node]
 
 
-def test_one_thread_watches_routers_in_their_namespaces(tmp_path):
+def test_one_process_watches_routers_in_their_namespaces(tmp_path):
     if os.geteuid() != 0 or not shutil.which("ip"):
         why = "needs root and ip (iproute2) for two scratch network namespaces"
         print(f"SKIP: {why}", file=sys.stderr)
@@ -51,8 +51,9 @@ def test_one_thread_watches_routers_in_their_namespaces(tmp_path):
             subprocess.run(["ip", "-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True)
             for ifc in ("d0", "d1", "lo"):
                 subprocess.run(["ip", "-n", ns, "link", "set", ifc, "up"], check=True)
-        w, procs = routemon.watch(_Rt(names), list(names), tmp_path)
-        assert procs == []  # both namespaces reachable: no ip monitor processes
+        procs = routemon.watch(_Rt(names), list(names), tmp_path)
+        # both namespaces reachable: one watcher process, no ip monitor
+        assert [n for n, _p in procs] == ["route-watcher"]
         try:
             before = time.time()
             subprocess.run(["ip", "-n", names["r0"], "route", "add", "10.7.0.1/32", "dev", "d0"], check=True)
@@ -67,7 +68,9 @@ def test_one_thread_watches_routers_in_their_namespaces(tmp_path):
                     break
                 time.sleep(0.05)
         finally:
-            w.stop()
+            for _n, p in procs:
+                p.terminate()
+                assert p.wait(timeout=10) == 0  # SIGTERM: it closes its files and exits cleanly
         assert [(e["event"], e["via"]) for e in r0] == [("add", "d0"), ("del", "d0")]
         assert [e["event"] for e in r1] == ["add"]
         assert all(before - 0.01 <= e["ts"] <= after + 0.5 for e in r0 + r1)

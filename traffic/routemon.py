@@ -1,13 +1,13 @@
 """Route monitor: the routers' own timestamps of each route change, to set beside the measured gap.
 
 Where a router's network namespace is reachable from this machine (``/run/netns/<name>``: the netns
-runtime's namespaces, and the names containerlab gives its containers' namespaces), one netlink socket
-per router is opened inside that namespace, one thread of the experiment process reads them all, and
-pyroute2 decodes the messages: no process per router (136 ``ip monitor`` processes on the paper's
-segment). Elsewhere (c9s: the nodes run
-in a cluster) ``ip -ts -o monitor route`` runs inside each node. Either way each router's events land in
-its own file, stamped with the wall clock (the clock the probes use) as they are read; ``parse`` reads
-both formats, so raw results recorded before still re-analyse.
+runtime's namespaces, and the names containerlab gives its containers' namespaces), one watcher process
+opens a netlink socket inside each router's namespace, reads them all in one loop, and decodes the
+messages with pyroute2: one process, not one per router (136 ``ip monitor`` processes on the paper's
+segment). Elsewhere (c9s: the nodes run in a cluster) ``ip -ts -o monitor route`` runs inside each
+node. Either way each router's events land in its own file, stamped with the wall clock (the clock the
+probes use) as they are read; ``parse`` reads both formats, so raw results recorded before still
+re-analyse.
 """
 
 from __future__ import annotations
@@ -17,14 +17,17 @@ import json
 import os
 import re
 import select
+import signal
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
+from hpnlab.errors import RuntimeFailure
 from hpnlab.node import rtnl
 from hpnlab.runtime.base import Runtime
 
@@ -46,10 +49,9 @@ def start(rt: Runtime, node: str, out: Path) -> subprocess.Popen:
         f.close()
 
 
-def event_lines(ts: float, data: bytes, ifnames: dict[int, str]) -> list[str]:
-    """The IPv4 route changes in one read from a route socket, as JSON lines (pyroute2 decodes them)."""
-    from pyroute2.netlink.rtnl.rtmsg import rtmsg
-
+def event_lines(ts: float, data: bytes, ifnames: dict[int, str], rtmsg) -> list[str]:
+    """The IPv4 route changes in one read from a route socket, as JSON lines (``rtmsg``: pyroute2's
+    decoder, passed in so that its import is paid before watching starts)."""
     out, off = [], 0
     while off + 16 <= len(data):
         length, mtype = struct.unpack_from("=IH", data, off)
@@ -99,12 +101,15 @@ def netns_socket(name: str) -> socket.socket:
 
 
 class Watcher:
-    """Route sockets inside many routers' namespaces, read by one thread until ``stop``."""
+    """Route sockets inside many routers' namespaces, all read by one loop (``run``)."""
 
     def __init__(self) -> None:
+        # imported here, before any socket is read: imported at the first route change, it stamped the
+        # changes after it ~170 ms late (ip monitor beside it: 9 ms)
+        from pyroute2.netlink.rtnl.rtmsg import rtmsg
+
+        self._rtmsg = rtmsg
         self._socks: dict[int, tuple] = {}  # fd -> (socket, file, ifindex -> name)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def add(self, netns: str, out: Path) -> None:
         sock = netns_socket(netns)
@@ -126,13 +131,9 @@ class Watcher:
             raise
         self._socks[sock.fileno()] = (sock, f, names)
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="route-watcher", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set() and self._socks:
-            ready, _, _ = select.select(list(self._socks), [], [], 0.2)
+    def run(self) -> None:
+        while self._socks:
+            ready, _, _ = select.select(list(self._socks), [], [])
             ts = time.time()  # when the kernel's messages were there to read, before any parsing
             for fd in ready:
                 sock, f, names = self._socks[fd]
@@ -143,39 +144,69 @@ class Watcher:
                 except OSError:  # ENOBUFS: the kernel dropped messages; say so in the file
                     f.write(json.dumps({"ts": ts, "overrun": True}) + "\n")
                     continue
-                for line in event_lines(ts, data, names):
+                for line in event_lines(ts, data, names, self._rtmsg):
                     f.write(line + "\n")
                 f.flush()
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=5)
+    def close(self) -> None:
         for sock, f, _names in self._socks.values():
             f.close()
             sock.close()
         self._socks.clear()
 
 
-def watch(rt: Runtime, nodes: list[str], out_dir: Path) -> tuple[Watcher, list[tuple[str, subprocess.Popen]]]:
-    """Start watching ``nodes``: routes-<node>.log in ``out_dir`` each. Returns the in-process watcher and
-    the ``ip monitor`` processes started for nodes whose namespace this machine cannot enter."""
-    w, procs = Watcher(), []
+def watch(rt: Runtime, nodes: list[str], out_dir: Path, ready_s: float = 30.0) -> list[tuple[str, subprocess.Popen]]:
+    """Start watching ``nodes``: routes-<node>.log in ``out_dir`` each. One watcher process for every node
+    whose namespace this machine can enter (``python -m hpnlab.traffic.routemon``, returned under the name
+    'route-watcher'), ``ip monitor`` inside each other node. Returns when every socket is bound. A process
+    of its own, so that the experiment's own work (spawning, reading reports) never delays a stamp."""
+    procs: list[tuple[str, subprocess.Popen]] = []
     try:
+        pairs = []
         for n in nodes:
             out = out_dir / f"routes-{n}.log"
             if (NETNS_DIR / rt.netns(n)).exists():
-                w.add(rt.netns(n), out)
+                pairs.append(f"{rt.netns(n)}={out}")
             else:
                 procs.append((n, start(rt, n, out)))
-        w.start()
+        if pairs:
+            p = subprocess.Popen([sys.executable, "-m", "hpnlab.traffic.routemon", *pairs], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+            procs.append(("route-watcher", p))
+            ready, _, _ = select.select([p.stdout], [], [], ready_s)
+            line = p.stdout.readline().strip() if ready else ""
+            if line != "ready":
+                p.kill()
+                err = (p.communicate(timeout=5)[1] or "").strip().splitlines()[-1:]
+                raise RuntimeFailure(f"route watcher did not start: {err or 'no answer in %g s' % ready_s}")
+            p.stdout.close()  # it only ever says 'ready'; an error after that ends it, and the run's figures show it
+            p.stderr.close()
     except BaseException:
-        w.stop()
         for _n, p in procs:
             p.kill()
             p.wait()
         raise
-    return w, procs
+    return procs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hpnlab.traffic.routemon NETNS=FILE...``: watch until SIGTERM; prints 'ready' once bound."""
+    args = sys.argv[1:] if argv is None else argv
+    w = Watcher()
+
+    def stop(_sig, _frm):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        for pair in args:
+            netns, _, out = pair.partition("=")
+            w.add(netns, Path(out))
+        print("ready", flush=True)
+        w.run()
+    finally:
+        w.close()
+    return 0
 
 
 def parse(text: str, node: str, prefixes: set[str] | None = None) -> list[dict]:
@@ -203,3 +234,7 @@ def parse(text: str, node: str, prefixes: set[str] | None = None) -> list[dict]:
             continue
         events.append({"ts": ev["ts"], "node": node, "prefix": ev["prefix"], "event": ev["event"], "via": ev["via"]})
     return events
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -111,8 +111,7 @@ class Repetition:
     def __init__(self, rt: Runtime, plan: Plan, run_dir: Path, duration: float, bar: Bar, label: str):
         self.rt, self.plan, self.dir, self.duration, self.bar, self.label = rt, plan, run_dir, duration, bar, label
         self.procs: list[tuple[dict, subprocess.Popen]] = []
-        self.watcher: routemon.Watcher | None = None
-        self.monitors: list[tuple[str, subprocess.Popen]] = []  # ip monitor, where the watcher cannot reach
+        self.monitors: list[tuple[str, subprocess.Popen]] = []  # the route watcher (and ip monitor on c9s)
         self.injector = faultmod.Injector(rt, plan.cfgs)
         self.timeline: list[dict] = []
 
@@ -133,7 +132,7 @@ class Repetition:
 
     def _run(self) -> dict:
         routers = [n for n, c in self.plan.cfgs.items() if c["role"] != "host"]
-        self.watcher, self.monitors = routemon.watch(self.rt, routers, self.dir)
+        self.monitors = routemon.watch(self.rt, routers, self.dir)
         self.injector.exclude = {p.pid for _n, p in self.monitors}
         t0 = time.time() + START_SLACK
         plan = launch_plan(self.plan, self.dir, t0, self.duration)
@@ -225,8 +224,6 @@ class Repetition:
             p.poll()
         for _n, p in self.monitors:
             p.poll()
-        if self.watcher:
-            self.watcher.stop()
 
 
 def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
