@@ -100,6 +100,10 @@ def test_probes_through_the_channel_measure_a_fault_window(lab, kube):
         with view.fault("link-down", node="s0h0", iface="r0p1"):
             time.sleep(1.0)
         time.sleep(1.5)
-    # reports came back over kubectl's stdout and were read here; the repair ends every gap
-    assert p.result.sent > 0 and p.result.received > 0.8 * p.result.sent and p.result.recovered
+    # reports came back over kubectl's stdout and were read here; the repair ends every gap. Dual-plane:
+    # the flows hashed onto the failed port's plane are black-holed for the window (~1.1 s of ~2.7 s),
+    # so up to half the flows lose ~40 % each: a fixed 80 % delivered was the expected value, not a
+    # bound (79.8 % in one CI run). At most that plane's half can lose anything.
+    r = p.result
+    assert r.sent > 0 and r.received > 0.5 * r.sent and r.recovered and r.lost_after_repair_1s == 0, r
     lab.wait_healthy(30)
