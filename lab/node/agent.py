@@ -61,6 +61,27 @@ def apply_carriers(ports: list, bfd, now: float, states: dict[str, bool]) -> Non
                 bfd.set_enabled(p.iface, states[p.iface], now)
 
 
+class CarrierEvents:
+    """When each port's carrier was last reported by a netlink event, so a whole-table dump made off the
+    loop (by the writer thread, and read back later) cannot undo a newer event.
+
+    Why: the dump is a snapshot from when it was asked for. A ToR agent saw a repaired link's carrier-up
+    event, then applied a dump taken a moment before the repair: the port went back to down and stayed
+    there until the next dump 5 s later (an experiment's link stayed black-holed past its repair). A port
+    with an event since the dump was asked for keeps that event's state; the others take the dump's."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+
+    def note(self, states: dict[str, bool], now: float) -> dict[str, bool]:
+        for name in states:
+            self.at[name] = now
+        return states
+
+    def from_dump(self, ports: list, dump: dict[str, bool], asked_at: float) -> dict[str, bool]:
+        return {p.iface: dump.get(p.iface, False) for p in ports if self.at.get(p.iface, float("-inf")) < asked_at}
+
+
 def read_carriers(ports: list, bfd, now: float) -> None:
     """Carrier as it is now, for every port (one netlink dump; a port missing from it is down)."""
     have = dump_links()

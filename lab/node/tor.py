@@ -14,8 +14,8 @@ import socket
 import time
 
 from hpnlab.node import lacp, microbfd, rtnl, stack
-from hpnlab.node.agent import (agent_main, apply_carriers, KernelWriter, LacpDriver, StatusFile, iface_mac, log,
-                               read_carriers, wait)
+from hpnlab.node.agent import (agent_main, apply_carriers, CarrierEvents, KernelWriter, LacpDriver, StatusFile,
+                               iface_mac, log, wait)
 from hpnlab.node.rtnl import (RT_SCOPE_LINK, RTM_DELNEIGH, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH, RTN_BLACKHOLE,
                               dump_links, link_states, nl_messages, parse_neigh, rtnl_socket)
 
@@ -99,6 +99,7 @@ class TorAgent:
         self.installed: dict[str, str] = {}  # ip -> iface in table 10
         self.status = StatusFile(status)
         self.changes = 0
+        self.carrier_events = CarrierEvents()
 
     # --- state -----------------------------------------------------------------------------------
     def port_ok(self, iface: str) -> bool:
@@ -140,15 +141,29 @@ class TorAgent:
         if overrun:  # the kernel dropped events: re-read everything
             self.resync(now)
             return
+        self._events(msgs, now)
+
+    def _events(self, msgs: list[tuple[int, bytes]], now: float) -> None:
         for mtype, payload in msgs:
             if mtype in (RTM_NEWNEIGH, RTM_DELNEIGH):
                 self._neigh(*parse_neigh(payload), deleted=mtype == RTM_DELNEIGH)
-        apply_carriers(self.ports, self.bfd, now, link_states(msgs))
+        apply_carriers(self.ports, self.bfd, now, self.carrier_events.note(link_states(msgs), now))
+
+    def _drain(self, now: float) -> None:
+        """Handle the events already queued before a dump: they are older than it, and handled after it
+        they would undo it (a dropped batch is fine to lose: the dump reads everything anyway)."""
+        msgs, overrun = nl_messages(self.nl)
+        if not overrun:
+            self._events(msgs, now)
 
     def read_carriers(self, now: float) -> None:
-        read_carriers(self.ports, self.bfd, now)
+        """Carrier of every port now, in this thread (newer than any dump the writer has yet to hand back)."""
+        have = dump_links()
+        states = {p.iface: have.get(p.iface, False) for p in self.ports}
+        apply_carriers(self.ports, self.bfd, now, self.carrier_events.note(states, now))
 
     def resync(self, now: float) -> None:
+        self._drain(now)
         self.read_carriers(now)
         self.resync_neighbours()
 
@@ -195,12 +210,12 @@ class TorAgent:
             if r[0] == "failed" and self.installed.get(r[1]) == r[2]:
                 del self.installed[r[1]]
             elif r[0] == "links":
-                apply_carriers(self.ports, self.bfd, now, {p.iface: r[1].get(p.iface, False) for p in self.ports})
+                apply_carriers(self.ports, self.bfd, now, self.carrier_events.from_dump(self.ports, r[2], r[1]))
 
     @staticmethod
-    def _dump_carriers():
+    def _dump_carriers(asked_at: float):
         """(writer thread) The safety net for a missed link notification."""
-        return ("links", dump_links())
+        return ("links", asked_at, dump_links())
 
     def _remove(self, ip: str) -> None:
         ifc = self.installed.pop(ip, None)
@@ -294,7 +309,8 @@ class TorAgent:
             self.reconcile()
             if self.changes != before or now - last_status >= 1.0:
                 if now - last_resync >= RESYNC_S:  # safety nets: the kernel's tables are the truth
-                    self.writer.submit(self._dump_carriers)
+                    self._drain(now)
+                    self.writer.submit(self._dump_carriers, now)
                     self.resync_neighbours()
                     self.reconcile()
                     last_resync = now
