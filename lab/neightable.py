@@ -8,13 +8,16 @@ with the defaults: ~2 million forced collections in a few minutes, ~60 % of both
 and half the BGP sessions stuck in Connect because their neighbour entries were evicted.
 
 So before a lab's nodes exist, the thresholds are raised to what its size needs (never lowered), the
-values found are kept in one record per machine (/run/hpnlab/.neigh-limits.json), and the last lab of the
-machine to go puts them back.
+values found are kept in one record per machine (/run/hpnlab/.neigh-limits.json, whatever state root a lab
+uses) with the labs that hold it, and the last of them to go puts the values back.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 PROC = Path("/proc/sys/net")
@@ -55,46 +58,76 @@ def read(key: str, root: Path = PROC) -> int | None:
         return None
 
 
-def raise_to(want: dict[str, int], record: Path, root: Path = PROC) -> dict[str, int]:
+@contextmanager
+def _locked(record: Path):
+    """One lab at a time reads and rewrites the record (labs deploy and go in parallel)."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    with open(record.with_name(record.name + ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def raise_to(want: dict[str, int], record: Path, holder: str, root: Path = PROC) -> dict[str, int]:
     """Raise each threshold that is below ``want``; returns key -> value set for the ones changed.
-    ``record`` (one file per machine) keeps the value first found for each key, and the latest value set,
-    so the last lab to go can put the machine back however many labs raised it in between.
-    gc_thresh3 goes first, thresh1 last, so thresh1 <= thresh2 <= thresh3 holds at every step."""
-    saved = _load(record)
-    changed: dict[str, int] = {}
-    for key in sorted(want, reverse=True):  # .../gc_thresh3, 2, 1
-        have = read(key, root)
-        if have is not None and have < want[key]:
-            saved.setdefault(key, [have, want[key]])[1] = want[key]
-            record.parent.mkdir(parents=True, exist_ok=True)
-            record.write_text(json.dumps(saved))  # before the change: a crash right after still restores
-            (root / key).write_text(str(want[key]))
-            changed[key] = want[key]
-    return changed
+    ``record`` (one file per machine) keeps the value first found for each key, the latest value set, and
+    the labs (``holder``: a lab's state directory) that rely on them, so the last of them to go can put
+    the machine back however many labs raised it in between. A lab that raises nothing holds it too: it
+    runs on what others raised. gc_thresh3 goes first, thresh1 last, so thresh1 <= thresh2 <= thresh3
+    holds at every step."""
+    with _locked(record):
+        saved, holders = _load(record)
+        if holder not in holders:
+            holders.append(holder)
+        _save(record, saved, holders)
+        changed: dict[str, int] = {}
+        for key in sorted(want, reverse=True):  # .../gc_thresh3, 2, 1
+            have = read(key, root)
+            if have is not None and have < want[key]:
+                saved.setdefault(key, [have, want[key]])[1] = want[key]
+                _save(record, saved, holders)  # before the change: a crash right after still restores
+                (root / key).write_text(str(want[key]))
+                changed[key] = want[key]
+        return changed
 
 
-def restore(record: Path, root: Path = PROC) -> list[str]:
-    """Put back what labs raised, where the value is still the one a lab set (someone else's later change
-    is left alone), and forget the record. Call when no lab is left. thresh1 first, so the order holds
-    while lowering. Returns the keys restored."""
-    done = []
-    for key, (found, set_) in sorted(_load(record).items()):
-        if read(key, root) == set_:
-            try:
-                (root / key).write_text(str(found))
-                done.append(key)
-            except OSError:
-                pass
-    record.unlink(missing_ok=True)
-    return done
+def release(record: Path, holder: str, alive: Callable[[str], bool], root: Path = PROC) -> list[str]:
+    """``holder`` no longer needs the limits. Holders that are gone without saying so (``alive`` is False:
+    their state was removed by hand) are dropped too. When none is left, the values are put back where
+    they are still the ones labs set (someone else's later change is left alone), thresh1 first so the
+    order holds while lowering, and the record is forgotten. Returns the keys restored."""
+    with _locked(record):
+        saved, holders = _load(record)
+        holders = [h for h in holders if h != holder and alive(h)]
+        if holders:
+            _save(record, saved, holders)
+            return []
+        done = []
+        for key, (found, set_) in sorted(saved.items()):
+            if read(key, root) == set_:
+                try:
+                    (root / key).write_text(str(found))
+                    done.append(key)
+                except OSError:
+                    pass
+        record.unlink(missing_ok=True)
+        return done
 
 
-def _load(record: Path) -> dict[str, list[int]]:
+def _save(record: Path, saved: dict[str, list[int]], holders: list[str]) -> None:
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text(json.dumps({"limits": saved, "holders": holders}))
+    tmp.replace(record)
+
+
+def _load(record: Path) -> tuple[dict[str, list[int]], list[str]]:
+    """(key -> [found, set], holders); a record without holders (as earlier versions wrote) has none."""
     try:
         data = json.loads(record.read_text())
-        return {k: [int(v[0]), int(v[1])] for k, v in data.items() if k in _KNOWN}
-    except (OSError, ValueError, TypeError, IndexError, AttributeError):
-        return {}
+        limits = data.get("limits", {}) if "holders" in data else data
+        holders = [h for h in data.get("holders", []) if isinstance(h, str)]
+        return {k: [int(v[0]), int(v[1])] for k, v in limits.items() if k in _KNOWN}, holders
+    except (OSError, ValueError, TypeError, IndexError, AttributeError, KeyError):
+        return {}, []
 
 
 _KNOWN = {f"{base}/gc_thresh{i}" for base in FAMILIES.values() for i in (1, 2, 3)}

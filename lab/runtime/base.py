@@ -31,7 +31,10 @@ from hpnlab.runtime.channel import Channel, NetnsChannel
 from hpnlab.spec import check_lab_name
 
 STATE_ROOT = Path(os.environ.get("HPNLAB_STATE_ROOT", "/run/hpnlab"))
-NEIGH_RECORD = STATE_ROOT / ".neigh-limits.json"  # not a lab name: running_labs() never lists it
+# The kernel's neighbour limits are the machine's, so their record is too, whatever a lab's state root
+# (under a root of its own, a lab once recorded another lab's raised value as the one to put back).
+# Not a lab name: running_labs() never lists it.
+NEIGH_RECORD = Path("/run/hpnlab/.neigh-limits.json")
 Progress = Callable[[str], None]
 REGISTRY: dict[str, type["Runtime"]] = {}
 
@@ -217,7 +220,7 @@ class Runtime:
         self.state.save()
         if self.shares_kernel:
             need = neightable.entries_needed(topo, cfgs)
-            raised = neightable.raise_to(neightable.thresholds(need), NEIGH_RECORD)
+            raised = neightable.raise_to(neightable.thresholds(need), NEIGH_RECORD, str(self.state.dir))
             if raised:
                 progress(f"raised the kernel's neighbour table (shared by all namespaces) for "
                          f"{need['ipv4']} ARP and {need['ipv6']} NDP entries; the last lab to go restores it")
@@ -322,8 +325,7 @@ class Runtime:
     def remove_state(self) -> None:
         """The lab's state directory; and when it was the last lab, the neighbour table limits labs raised."""
         shutil.rmtree(self.state.dir, ignore_errors=True)
-        if not running_labs():
-            neightable.restore(NEIGH_RECORD)
+        neightable.release(NEIGH_RECORD, str(self.state.dir), lambda holder: (Path(holder) / "state.json").exists())
 
 
 def netns_members(names: list[str]) -> dict[int, str]:
