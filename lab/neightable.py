@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,11 +61,15 @@ def read(key: str, root: Path = PROC) -> int | None:
 
 @contextmanager
 def _locked(record: Path):
-    """One lab at a time reads and rewrites the record (labs deploy and go in parallel)."""
+    """One lab at a time reads and rewrites the record (labs deploy and go in parallel). The lock is on
+    the record's directory, so no lock file is left behind."""
     record.parent.mkdir(parents=True, exist_ok=True)
-    with open(record.with_name(record.name + ".lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    fd = os.open(record.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def raise_to(want: dict[str, int], record: Path, holder: str, root: Path = PROC) -> dict[str, int]:

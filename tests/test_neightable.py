@@ -64,7 +64,7 @@ def test_raise_only_and_restore_by_the_last_lab(tmp_path):
         assert neightable.read(f"{fam}/neigh/default/gc_thresh3", root) == 5000
         assert neightable.read(f"{fam}/neigh/default/gc_thresh2", root) == 512
     assert neightable.read("ipv4/neigh/default/gc_thresh1", root) == 128
-    assert not record.exists()
+    assert not record.exists() and list(record.parent.iterdir()) == []  # no lock or temporary file left
 
 
 def test_the_values_first_found_come_back_whichever_lab_goes_last(tmp_path):
