@@ -100,6 +100,9 @@ class LabState(_Model):
     config: str | None = None
     started: float | None = None
     host_driver: Literal["userspace", "bond"] | None = None
+    kernel: str | None = None  # the kernel release the lab runs on (namespaces and containers share it)
+    kernel_notes: list[str] = []  # what the lab runs without on this kernel (hpnlab.kernel.assess)
+    skip_sysctls: list[str] = []  # plan sysctls left out because this kernel lacks them
     netns: list[str] = []  # namespaces the lab creates, recorded before creation
     frr_dirs: list[str] = []  # FRR pathspace directories, recorded before creation
     agents: dict[str, int] = {}  # node -> agent PID (namespace runtime)

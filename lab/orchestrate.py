@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from hpnlab import frr, render, runtime as runtimes, topology, verify
+from hpnlab import frr, kernel, render, runtime as runtimes, topology, verify
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState
 from hpnlab.proc import is_node_process, processes
@@ -141,8 +141,16 @@ def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress
     if state_dir(lab).exists():
         raise RuntimeFailure(f"lab '{lab}' is already running (or left over): 'hpnlab down --lab {lab}' first, "
                              f"or give the new lab another name")
+    data = LabState(lab=lab, runtime=runtime, owner_pid=os.getpid())
+    if cls.shares_kernel:  # namespaces and containers of this machine: its kernel decides, checked first
+        found = kernel.assess(spec)
+        if found.refusal:
+            raise kernel.KernelError(found.refusal)
+        for note in found.notes:
+            progress(f"note: {note}")
+        data.kernel, data.kernel_notes, data.skip_sysctls = found.release, found.notes, found.skip_sysctls
     topo = topology.build(spec)
-    rt = cls(lab, State(lab, LabState(lab=lab, runtime=runtime, owner_pid=os.getpid())))
+    rt = cls(lab, State(lab, data))
     try:
         rt.state.save()
         files = render.render(topo)

@@ -93,9 +93,16 @@ def hpnlab_lab(request):
     try:
         if runtime == "netns":
             frr.preflight()
-        get_runtime(runtime).preflight(sp)
+        cls = get_runtime(runtime)
+        cls.preflight(sp)
     except RuntimeFailure as e:
         _skip(f"hpnlab {runtime} runtime not usable here: {e}")
+    if cls.shares_kernel:
+        from hpnlab import kernel
+
+        refusal = kernel.assess(sp).refusal
+        if refusal:  # e.g. hash.seed per-switch on a kernel older than 6.11: the lab would not be that fabric
+            _skip(f"this kernel ({kernel.release()}) cannot run the lab's spec: {refusal}")
     lab = Lab.up(sp, runtime=runtime, timeout=kw.get("timeout", 90))
     yield lab
     if cfg.getoption("--hpnlab-keep") and request.module.__name__ in cfg.stash.get(FAILED, set()):

@@ -142,7 +142,7 @@ def render(topo: Topology) -> dict[str, str]:
         files[f"{node.name}/daemons"] = daemons.render(ctx, frr=frr.daemons_file(spec.bfd.enabled))
     summ = summary(topo)
     files[f"{topo.name}.clab.yml"] = env.get_template("clab/topology.clab.yml.j2").render(
-        topo=topo, summary=summ, images=IMAGES, version=__version__, hashing=capacity.hash_sysctls,
+        topo=topo, summary=summ, images=IMAGES, version=__version__,
         sysctls={"router": ROUTER_SYSCTLS, "host": HOST_SYSCTLS})
     files["topology.json"] = json.dumps(topo.to_dict(), indent=1) + "\n"
     files["fabric.svg"] = fabric_svg(topo)

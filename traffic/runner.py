@@ -271,6 +271,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
     ``up_timeout``: seconds a variant's lab may take to come up healthy (default: the file's ``up_timeout``)."""
     from hpnlab.traffic import report
 
+    refuse_on_this_kernel(exp, runtime)
     out.mkdir(parents=True, exist_ok=True)
     doc = exp.doc
     up_timeout = doc.up_timeout if up_timeout is None else up_timeout
@@ -296,6 +297,19 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
     return results
 
 
+def refuse_on_this_kernel(exp: Experiment, runtime: str) -> None:
+    """Before any lab: a variant this kernel cannot run (hpnlab.kernel) refuses the whole run in one line."""
+    from hpnlab import kernel, runtime as runtimes
+
+    if not runtimes.get(runtime).shares_kernel:
+        return
+    have = kernel.probe_all()
+    for plan in exp.plans:
+        refusal = kernel.assess(plan.spec, have).refusal
+        if refusal:
+            raise kernel.KernelError(f"variant '{plan.name}': {refusal}")
+
+
 def drop_incomplete(out: Path) -> list[str]:
     """Remove repetitions that never finished (no run.json): they cannot be analysed or reused."""
     gone = []
@@ -319,6 +333,8 @@ def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: fl
         results["variants"][plan.name] = v
         bar.phase(f"variant {plan.name} ({vi + 1}/{len(exp.plans)}): bringing up lab '{plan.spec.name}'")
         rt, cfgs, checks = bring_up(plan.spec, runtime, up_timeout, bar)
+        st = rt.state.data
+        v.update({"host_driver": st.host_driver, "kernel": st.kernel, "kernel_notes": st.kernel_notes})
         try:
             if not complete(checks):
                 bad = next(c for c in checks if not c["ok"])

@@ -41,10 +41,38 @@ def up(args) -> int:
     need_root("hpnlab up")
     progress = Progress(args.json)
     rt, cfgs, checks = bring_up(spec, args.runtime, args.timeout, progress, keep=args.keep)
-    report_health(spec.name, checks, args, {"seconds": round(progress.elapsed, 2)})
+    st = rt.state.data
+    report_health(spec.name, checks, args, {"seconds": round(progress.elapsed, 2), "kernel": st.kernel,
+                                            "kernel_notes": st.kernel_notes, "host_driver": st.host_driver})
     progress(f"lab '{spec.name}' is up and verified in {progress.elapsed:.1f} s "
              f"(hpnlab status / hpnlab exec NODE -- CMD / hpnlab down)")
     return 0
+
+
+def doctor(args) -> int:
+    """What this kernel offers a lab: every feature, and for the spec what the lab would do without it."""
+    from hpnlab import kernel
+
+    spec = load_spec(args.spec)
+    need_root("hpnlab doctor")  # the qdisc and nftables probes create them in a throw-away namespace
+    have = kernel.probe_all()
+    rows = kernel.report(have)
+    found = kernel.assess(spec, have)
+    if args.json:
+        json.dump({"kernel": found.release, "features": rows, "lab": spec.name, "notes": found.notes,
+                   "refusal": found.refusal}, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"kernel {found.release}")
+        w = max(len(r["feature"]) for r in rows)
+        for r in rows:
+            print(f"  {r['feature']:<{w}}  {'ok' if r['ok'] else 'MISSING':7}  {r['what']} (Linux {r['since']}+)"
+                  + ("" if r["ok"] else f"\n  {'':<{w}}           without it: {r['without']}"))
+        print(f"lab '{spec.name}': " + ("cannot run here: " + found.refusal if found.refusal else
+                                       "runs here" + ("" if not found.notes else ", with:")))
+        for n in found.notes:
+            print(f"  note: {n}")
+    return 2 if found.refusal else 0
 
 
 def down(args) -> int:
@@ -206,6 +234,16 @@ def add_parsers(sub) -> None:
     a.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=attach)
+
+    k = sub.add_parser("doctor", help="check what this kernel offers a lab, before bringing one up",
+                       description="Probe every kernel feature a lab may use (hash-seed and hash-fields sysctls, "
+                                   "the nftables netdev egress hook, tbf and netem qdiscs, bonding) and say, for "
+                                   "the spec, whether the lab runs here, runs with a note, or is refused. The qdisc "
+                                   "and nftables probes run in a throw-away network namespace. Exit 2 if the spec "
+                                   "cannot run on this kernel. 'hpnlab up' makes the same check first.")
+    k.add_argument("spec", nargs="?", help="lab spec YAML (default: examples/default.yml)")
+    k.add_argument("--json", action="store_true", help="machine-readable output")
+    k.set_defaults(func=doctor)
 
     d = sub.add_parser("down", help="remove a lab and everything it created (idempotent)")
     d.add_argument("spec", nargs="?", help="spec of the lab to remove (or use --lab)")

@@ -1,0 +1,193 @@
+"""What this machine's kernel offers a lab, checked before anything is created.
+
+Every kernel feature a lab may use is probed here: sysctls by their /proc/sys file, qdiscs and the
+nftables netdev egress hook by creating them in a throw-away network namespace (``unshare -n``: it
+vanishes with the probe's process, so nothing is left behind), bonding by its module. ``assess`` then
+says, for one spec, what the lab will do without each missing feature:
+
+- refuse (one line, exit 2), where the lab would no longer be the fabric the spec describes;
+- degrade with a note (printed by ``up``, kept in the lab's state and in every experiment's
+  results.json), where the lab still means what it says.
+
+The hash seed, and why a missing one degrades instead of refusing: ``net.ipv4.fib_multipath_hash_seed``
+exists from Linux 6.11 (commit 4ee2a8c). Before it, every namespace's multipath hash is keyed by ONE
+random key of the kernel's, drawn at boot and shared by all namespaces. So with ``hash.seed: shared``
+(or one number for every switch) the switches still all hash alike, which is what that spec means (the
+polarising case): failover figures are unaffected; only WHICH path a given 5-tuple takes changes from
+boot to boot, so path maps and per-link byte shares are not reproducible across machines, and the hosts
+hash with the switches' key. ``hash.seed: per-switch`` asks for decorrelated switches, which such a
+kernel cannot give: refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+
+from hpnlab.errors import HpnlabError
+from hpnlab.node.plan import OPTIONAL_SYSCTLS  # noqa: F401 (the sysctls older kernels lack)
+
+PROC_SYS = Path("/proc/sys")
+
+
+class KernelError(HpnlabError):
+    """The kernel lacks a feature the spec cannot do without; the message names it and the fix."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Feature:
+    key: str
+    what: str
+    since: str  # the first mainline kernel that has it
+    used_for: str
+    without: str  # what a lab gets on a kernel without it
+
+
+FEATURES: dict[str, Feature] = {f.key: f for f in (
+    Feature("hash-seed", "sysctl net.ipv4.fib_multipath_hash_seed", "6.11",
+            "spec hash.seed: the switches' ECMP hash key, per namespace",
+            "every namespace hashes with one random key per boot: hash.seed shared/number runs (which path a "
+            "flow takes is not reproducible across boots), per-switch is refused"),
+    Feature("hash-fields", "sysctl net.ipv4.fib_multipath_hash_fields (hash policy 3)", "5.14",
+            "spec hash.policy: the switches hash the 5-tuple (l4) or the addresses (l3)",
+            "refused: the switches would hash a TCP flow by its sender's random socket hash"),
+    Feature("nft-egress", "nftables netdev egress hook", "5.16",
+            "mechanisms.arp_duplication: every host ARP leaves both ports; faults one-way and lacp-block",
+            "refused while mechanisms.arp_duplication is on (one ToR of each set would never learn its hosts)"),
+    Feature("tbf", "tc qdisc tbf", "2.6",
+            "spec links: (link capacity and port buffers)",
+            "refused for a spec with links:"),
+    Feature("netem", "tc qdisc netem (module sch_netem)", "2.6",
+            "hpnlab impair ... delay=",
+            "impair delay= is refused; rate, queue and loss still work"),
+    Feature("bonding", "bonding driver, 802.3ad (module bonding)", "2.6",
+            "host_driver auto/bond: the hosts' kernel LACP bond",
+            "host_driver auto uses the userspace LACP host agent; bond is refused"),
+)}
+
+
+
+def has_sysctl(key: str, proc_sys: Path = PROC_SYS) -> bool:
+    return (proc_sys / key.replace(".", "/")).exists()
+
+
+def _in_scratch_netns(argv: list[str], stdin: str | None = None) -> bool:
+    """Run argv in a new, anonymous network namespace (gone when it exits); True if it succeeded."""
+    if not shutil.which("unshare") or not shutil.which(argv[0]):
+        return False
+    try:
+        r = subprocess.run(["unshare", "-n", *argv], input=stdin, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def _qdisc(kind: str, *args: str) -> bool:
+    return _in_scratch_netns(["tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", kind, *args])
+
+
+def _nft_egress() -> bool:
+    return _in_scratch_netns(["nft", "-f", "-"], "table netdev hpnlab_probe {\n  chain c {\n"
+                             '    type filter hook egress device "lo" priority 0; policy accept;\n  }\n}\n')
+
+
+def _bonding() -> bool:
+    from hpnlab.node.plan import bonding_available
+
+    return bonding_available()
+
+
+PROBES = {
+    "hash-seed": lambda: has_sysctl("net.ipv4.fib_multipath_hash_seed"),
+    "hash-fields": lambda: has_sysctl("net.ipv4.fib_multipath_hash_fields"),
+    "nft-egress": _nft_egress,
+    "tbf": lambda: _qdisc("tbf", "rate", "1mbit", "burst", "4000", "limit", "10000"),
+    "netem": lambda: _qdisc("netem", "delay", "0ms"),
+    "bonding": _bonding,
+}
+
+
+@cache
+def probe(key: str) -> bool:
+    """Whether this machine's kernel has the feature (probed once per process)."""
+    return bool(PROBES[key]())
+
+
+def release() -> str:
+    return os.uname().release
+
+
+def pretended_missing() -> set[str]:
+    """HPNLAB_KERNEL_LACKS=hash-seed,netem: treat these as missing, to see (and test) on a newer kernel
+    what a lab does on an older one. Unknown names are one line, naming the variable."""
+    names = {n.strip() for n in os.environ.get("HPNLAB_KERNEL_LACKS", "").split(",") if n.strip()}
+    bad = sorted(names - set(FEATURES))
+    if bad:
+        raise KernelError(f"HPNLAB_KERNEL_LACKS: unknown feature '{bad[0]}'; choose from {', '.join(FEATURES)}")
+    return names
+
+
+def probe_all() -> dict[str, bool]:
+    """Every feature: whether this kernel has it (less any HPNLAB_KERNEL_LACKS names)."""
+    missing = pretended_missing()
+    return {k: k not in missing and probe(k) for k in FEATURES}
+
+
+@dataclass
+class Assessment:
+    release: str
+    lacks: list[str] = field(default_factory=list)  # feature keys the kernel lacks
+    skip_sysctls: list[str] = field(default_factory=list)  # plan sysctls left out on this kernel
+    notes: list[str] = field(default_factory=list)  # degradations the lab runs with, one line each
+    refusal: str | None = None  # why the lab cannot run on this kernel (first reason)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) -> Assessment:
+    """What a lab of ``spec`` gets on this kernel (or on one described by ``have``, for tests)."""
+    have = have if have is not None else probe_all()
+    out = Assessment(release=rel or release(), lacks=sorted(k for k, ok in have.items() if not ok))
+
+    def refuse(msg: str) -> None:
+        out.refusal = out.refusal or msg
+
+    on = f"kernel {out.release}"
+    if not have.get("hash-seed", True):
+        out.skip_sysctls.append("net.ipv4.fib_multipath_hash_seed")
+        if spec.hash.seed == "per-switch":
+            refuse(f"spec field 'hash.seed': per-switch needs net.ipv4.fib_multipath_hash_seed (Linux 6.11+), "
+                   f"which {on} lacks (all namespaces share one hash key); use hash.seed: shared or a newer kernel")
+        else:
+            out.notes.append(f"{on} has no net.ipv4.fib_multipath_hash_seed (6.11+): every switch and host "
+                             f"hashes with the kernel's one random key, so switches hash alike as the spec says "
+                             f"but which path a flow takes differs from boot to boot (path maps and link shares "
+                             f"are not reproducible; failover figures are unaffected)")
+    if not have.get("hash-fields", True):
+        out.skip_sysctls.append("net.ipv4.fib_multipath_hash_fields")
+        refuse(f"{on} has no net.ipv4.fib_multipath_hash_fields (Linux 5.14+): switches cannot hash the 5-tuple "
+               f"(spec 'hash.policy'); use a 5.14+ kernel (Debian 12: 6.1)")
+    if not have.get("nft-egress", True) and spec.mechanisms.arp_duplication:
+        refuse(f"spec field 'mechanisms.arp_duplication' needs the nftables netdev egress hook (Linux 5.16+), "
+               f"which {on} lacks; use a newer kernel, or set it false (one ToR of each set then never "
+               f"learns its hosts)")
+    if not have.get("tbf", True) and any((spec.links.access, spec.links.uplink, spec.links.core)):
+        refuse(f"spec field 'links' needs the tbf qdisc (sch_tbf), which {on} lacks; load it or remove 'links'")
+    if not have.get("bonding", True) and spec.host_driver == "bond":
+        refuse(f"spec field 'host_driver': 'bond' needs kernel bonding, which {on} lacks; use 'auto' or "
+               f"'userspace' (the userspace LACP host agent)")
+    return out
+
+
+def report(have: dict[str, bool] | None = None) -> list[dict]:
+    """``hpnlab doctor``: every feature, whether this kernel has it, and what a lab gets without it."""
+    have = have if have is not None else probe_all()
+    return [{"feature": f.key, "what": f.what, "ok": have[f.key], "since": f.since, "used_for": f.used_for,
+             "without": f.without} for f in FEATURES.values()]

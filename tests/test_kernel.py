@@ -1,0 +1,154 @@
+"""What a lab does on kernels older than this one: the feature check (hpnlab.kernel) as data, the plans
+it changes, and, as root, a lab brought up as on a kernel without the hash-seed sysctl (Debian 12's 6.1,
+Ubuntu 24.04's 6.8) through HPNLAB_KERNEL_LACKS."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from hpnlab import kernel
+from hpnlab.node.plan import OPTIONAL_SYSCTLS, nft_ruleset, sysctls
+from hpnlab.render import render
+from hpnlab.spec import load_spec, parse_spec
+from hpnlab.topology import build
+from tests.conftest import ROOT
+
+EVERYTHING = {k: True for k in kernel.FEATURES}
+DEBIAN_12 = {**EVERYTHING, "hash-seed": False}  # 6.1: has 5.14's hash fields and 5.16's egress hook
+SEED = "net.ipv4.fib_multipath_hash_seed"
+
+
+def spec(**kw):
+    return parse_spec({"name": "k", **kw})
+
+
+def test_a_modern_kernel_changes_nothing():
+    a = kernel.assess(spec(), EVERYTHING, "6.18")
+    assert (a.refusal, a.notes, a.skip_sysctls, a.lacks) == (None, [], [], [])
+
+
+def test_without_the_hash_seed_a_shared_seed_runs_with_a_note_and_per_switch_is_refused():
+    a = kernel.assess(spec(), DEBIAN_12, "6.1.0-50-amd64")
+    assert a.refusal is None and a.skip_sysctls == [SEED] and a.lacks == ["hash-seed"]
+    assert len(a.notes) == 1 and "6.1.0-50-amd64" in a.notes[0] and "not reproducible" in a.notes[0]
+    assert kernel.assess(spec(hash={"seed": 7}), DEBIAN_12).refusal is None
+    refused = kernel.assess(spec(hash={"seed": "per-switch"}), DEBIAN_12).refusal
+    assert refused.startswith("spec field 'hash.seed'") and "6.11" in refused and "\n" not in refused
+
+
+def test_missing_features_refuse_only_the_specs_that_need_them():
+    no_egress = {**EVERYTHING, "nft-egress": False}
+    assert "mechanisms.arp_duplication" in kernel.assess(spec(), no_egress).refusal
+    assert kernel.assess(spec(mechanisms={"arp_duplication": False}), no_egress).refusal is None
+    no_tbf = {**EVERYTHING, "tbf": False}
+    assert kernel.assess(spec(), no_tbf).refusal is None
+    assert "'links'" in kernel.assess(spec(links={"access": {"rate_mbit": 100}}), no_tbf).refusal
+    no_bond = {**EVERYTHING, "bonding": False}
+    assert kernel.assess(spec(), no_bond).refusal is None  # auto: the userspace host agent
+    assert "'host_driver'" in kernel.assess(spec(host_driver="bond"), no_bond).refusal
+    assert "5.14" in kernel.assess(spec(), {**EVERYTHING, "hash-fields": False}).refusal
+    assert kernel.assess(spec(), {**EVERYTHING, "netem": False}).refusal is None  # only impair delay= needs it
+
+
+def test_the_plan_leaves_out_what_the_kernel_lacks():
+    cfg = json.loads(render(build(load_spec()))["s0r0a/node.json"])
+    assert SEED in sysctls(cfg)
+    left = sysctls(cfg, [SEED])
+    assert SEED not in left and left.keys() == sysctls(cfg).keys() - {SEED}
+
+
+def test_a_bonded_host_duplicates_arp_out_of_both_ports_too():
+    """On a kernel bond the host's ARP left one port, so one ToR of each set never learnt its hosts."""
+    cfg = json.loads(render(build(spec(host_driver="bond")))["s0h0/node.json"])
+    rules = nft_ruleset(cfg)
+    assert 'hook egress device "r0p0"' in rules and 'dup to "r0p1"' in rules
+
+
+def test_containerlab_topology_names_no_sysctl_a_supported_kernel_may_lack():
+    """runc refuses to start a container whose sysctls: name a key the kernel lacks; the hash keys are
+    set by each node at boot instead, which leaves out what its kernel lacks."""
+    for name in ("default.yml", "load-balance.yml"):
+        sp = load_spec(ROOT / "examples" / name)
+        clab = yaml.safe_load(render(build(sp))[f"{sp.name}.clab.yml"])
+        blocks = [g.get("sysctls", {}) for g in clab["topology"].get("groups", {}).values()]
+        blocks += [n.get("sysctls", {}) for n in clab["topology"]["nodes"].values()]
+        named = {k for b in blocks for k in b}
+        assert named and not named & set(OPTIONAL_SYSCTLS), named & set(OPTIONAL_SYSCTLS)
+
+
+def test_pretending_an_unknown_feature_is_missing_is_one_line(monkeypatch):
+    monkeypatch.setenv("HPNLAB_KERNEL_LACKS", "hash-seed,warp-drive")
+    with pytest.raises(kernel.KernelError, match="HPNLAB_KERNEL_LACKS: unknown feature 'warp-drive'"):
+        kernel.probe_all()
+    monkeypatch.setenv("HPNLAB_KERNEL_LACKS", "hash-seed")
+    assert kernel.probe_all()["hash-seed"] is False
+
+
+# --- as root: the lab as on a kernel without the hash seed ---------------------------------------------------
+def _need_root():
+    from tests.test_lab_netns import _need_lab_machine
+
+    _need_lab_machine()
+
+
+def hpn(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "hpnlab.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.root
+def test_doctor_reports_every_feature_and_exits_by_the_spec(tmp_path):
+    _need_root()
+    r = hpn("doctor", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert [f["feature"] for f in rep["features"]] == list(kernel.FEATURES)
+    assert next(f for f in rep["features"] if f["feature"] == "hash-seed")["ok"] == os.path.exists(
+        "/proc/sys/net/ipv4/fib_multipath_hash_seed")
+    bad = tmp_path / "ps.yml"
+    bad.write_text("name: ps\nhash: {seed: per-switch}\n")
+    r = hpn("doctor", str(bad), env={"HPNLAB_KERNEL_LACKS": "hash-seed"})
+    assert r.returncode == 2 and "cannot run here: spec field 'hash.seed'" in r.stdout
+
+
+@pytest.mark.root
+@pytest.mark.kernel
+def test_a_lab_on_a_kernel_without_the_hash_seed_runs_with_a_note_and_per_switch_is_refused(tmp_path):
+    """Debian 12's and Ubuntu 24.04's kernels: up used to roll back on the missing sysctl."""
+    _need_root()
+    from tests.test_lab_netns import leftovers
+
+    lacks = {"HPNLAB_KERNEL_LACKS": "hash-seed"}
+    per_switch = tmp_path / "ps.yml"
+    per_switch.write_text("name: kps\nsegments: 1\nhosts_per_segment: 1\nrails: 1\nhash: {seed: per-switch}\n")
+    r = hpn("up", str(per_switch), env=lacks)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "spec field 'hash.seed'" in r.stderr and leftovers("kps") == []
+
+    shared = tmp_path / "sh.yml"
+    shared.write_text("name: ksh\nsegments: 1\nhosts_per_segment: 2\nrails: 1\n")
+    try:
+        r = hpn("up", str(shared), "--json", env=lacks)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout)
+        assert len(out["kernel_notes"]) == 1 and "fib_multipath_hash_seed" in out["kernel_notes"][0]
+        checks = out["checks"]
+        config = [c for c in checks if c["name"].startswith("config ")]
+        assert config and all(c["ok"] and "the kernel's own key" in c["detail"] for c in config), config
+        state = json.loads((kernel_state_dir("ksh") / "state.json").read_text())
+        assert state["skip_sysctls"] == [SEED] and state["kernel_notes"]
+    finally:
+        hpn("down", "--lab", "ksh")
+    assert leftovers("ksh") == []
+
+
+def kernel_state_dir(lab: str):
+    from hpnlab.runtime.base import state_dir
+
+    return state_dir(lab)
