@@ -139,3 +139,18 @@ def test_agents_read_carrier_from_netlink_not_sysfs():
     assert link_states([(RTM_NEWLINK, up), (RTM_NEWLINK, admin_only), (RTM_NEWLINK, lower_only)]) == \
         {"h0p0": True, "h1p0": False, "h2p0": False}
     assert link_states([(RTM_DELLINK, up)]) == {"h0p0": False}
+
+
+def test_a_real_bond_reads_as_two_collecting_distributing_members_of_one_aggregate():
+    """/proc/net/bonding/bond0 of a lab host, as Debian 12's stock kernel (6.1) wrote it in the test VM."""
+    from pathlib import Path
+
+    from hpnlab.node.bondhost import parse_bonding, port_view
+
+    text = (Path(__file__).parent / "fixtures" / "proc-net-bonding-debian12-6.1.txt").read_text()
+    ports = [port_view(s) for s in parse_bonding(text)]
+    assert [(p["iface"], p["mux"], p["partner"]["system"], p["partner"]["port"], p["aggregator"]) for p in ports] == [
+        ("r0p0", "collecting_distributing", "00:00:5e:00:01:01", 301, 1),
+        ("r0p1", "collecting_distributing", "00:00:5e:00:01:01", 601, 1)]
+    down = text.replace("port state: 63", "port state: 15", 1)  # r0p0's actor: in sync, not collecting
+    assert port_view(parse_bonding(down)[0])["mux"] == "detached"

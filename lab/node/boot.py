@@ -11,7 +11,7 @@ Run by the image's init (docker/hpnlab-init) as ``python3 -m hpnlab.node.boot``:
    (``ip -batch``), link capacity (``tc -batch``), the ARP duplication ruleset (``nft -f``); then drop
    the management network's default route, so lab traffic never leaves through it;
 4. routers: FRR with the image's own start script and the bound ``daemons`` file;
-5. the node's agent (ToR or host; none for a host on a kernel 802.3ad bond).
+5. the node's agent (ToR, host, or for a host on a kernel 802.3ad bond the bond host agent).
 
 Progress and the outcome go to /run/hpnlab/boot.json (bound to <node>/run outside), which the
 controller polls; a failure is one line there, and in boot.log.
@@ -39,11 +39,12 @@ class Boot:
         self.cfg, self.run = cfg, run
         self.steps: list[dict] = []
         self.t0 = time.time()
+        self.kept: dict = {}  # facts every later report carries (e.g. what the kernel lacks)
 
     def report(self, done: bool = False, error: str | None = None, **extra) -> None:
         self.run.mkdir(parents=True, exist_ok=True)
         data = {"node": self.cfg["name"], "done": done, "error": error, "started": self.t0, "time": time.time(),
-                "steps": self.steps, **extra}
+                "steps": self.steps, **self.kept, **extra}
         tmp = self.run / "boot.json.tmp"
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.run / "boot.json")
@@ -94,20 +95,25 @@ class Boot:
                 raise RuntimeError(f"sysctls: /proc/sys is read-only and no procfs could be mounted "
                                    f"({r.stderr.strip()}); give the node CAP_SYS_ADMIN or run it privileged")
             root = mounted / "sys"
+        # A key this kernel lacks (e.g. the hash seed before 6.11) is left out and reported, not fatal:
+        # hpnlab.kernel says what the lab runs without; a container runtime would refuse it in sysctls:.
+        lacks = [k for k in plan.OPTIONAL_SYSCTLS if not Path(root, k.replace(".", "/")).exists()]
+        if lacks:
+            self.kept["kernel_lacks"] = lacks
         try:
-            for key, value in plan.sysctls(self.cfg).items():
+            for key, value in plan.sysctls(self.cfg, lacks).items():
                 Path(root, key.replace(".", "/")).write_text(f"{value}\n")
         finally:
             if mounted:
                 subprocess.run(["umount", str(mounted)], capture_output=True)
-        self.step("sysctls")
+        self.step("sysctls" + (f" (this kernel lacks {', '.join(lacks)})" if lacks else ""))
 
     def configure(self, driver: str) -> None:
         self.sysctls()
         self.step("addresses and routes", ["ip", "-batch", "-"], "\n".join(plan.ip_batch(self.cfg, driver)) + "\n")
         tc = plan.tc_batch(self.cfg)
         self.step("link capacity", ["tc", "-batch", "-"] if tc else None, "\n".join(tc) + "\n")
-        rules = plan.nft_ruleset(self.cfg, driver)
+        rules = plan.nft_ruleset(self.cfg)
         self.step("nftables", ["nft", "-f", "-"] if rules else None, rules)
         for fam in ("-4", "-6"):  # the management network's default route: lab traffic must not use it
             subprocess.run(["ip", fam, "route", "flush", "exact", "default"], capture_output=True)
@@ -116,8 +122,8 @@ class Boot:
     def start(self, driver: str) -> None:
         if self.cfg["role"] != "host":
             self.step("FRR", [FRRINIT, "start"])
-        module = plan.agent_module(self.cfg)
-        if module and not (self.cfg["role"] == "host" and driver == "bond"):
+        module = plan.agent_module(self.cfg, driver)
+        if module:
             with open(self.run / "agent.log", "a") as log:
                 subprocess.Popen([sys.executable, "-m", module, str(NODE_JSON), "--status", str(self.run / "status.json")],
                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

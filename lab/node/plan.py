@@ -15,10 +15,15 @@ MTU_FRAME = 1514
 
 ARP_DUP_MARK = 0x4850  # "HP": set on the original and the copy so neither is duplicated again
 NFT_TABLE = "hpnlab"
+# Sysctls a plan sets that older kernels lack -> the feature (hpnlab.kernel) that brings them: a node
+# leaves them out where its kernel has no such file, and says so.
+OPTIONAL_SYSCTLS = {"net.ipv4.fib_multipath_hash_seed": "hash-seed",   # Linux 6.11
+                    "net.ipv4.fib_multipath_hash_fields": "hash-fields"}  # Linux 5.14
 
 
-def sysctls(cfg: dict) -> dict[str, int]:
-    out = dict(cfg["sysctls"])
+def sysctls(cfg: dict, skip: frozenset[str] | set[str] | list[str] = ()) -> dict[str, int]:
+    """Every sysctl of the node, less ``skip``: keys this kernel lacks (hpnlab.kernel.assess decides)."""
+    out = {k: v for k, v in cfg["sysctls"].items() if k not in skip}
     if cfg["role"] == "tor":
         for hp in cfg["host_ports"]:
             ifc = hp["iface"]
@@ -77,12 +82,16 @@ def ip_batch(cfg: dict, driver: str = "userspace") -> list[str]:
     return lines
 
 
-def nft_ruleset(cfg: dict, driver: str = "userspace") -> str | None:
+def nft_ruleset(cfg: dict) -> str | None:
     """Host ARP broadcast module: every ARP leaving one port of a NIC is copied out of the other.
 
-    netdev egress + dup, with a mark so the copy is not copied back (tc mirred both ways loops).
+    netdev egress + dup, with a mark so the copy is not copied back (tc mirred both ways loops). The same
+    rules serve a kernel bond: the bond transmits through its slave's own queue, where the slave's egress
+    hook sees the frame. Without them a bonded host's ARP (and its replies to the ToRs' probes: both ToRs
+    share one MAC, so the bond's layer-2 hash sends them all out of one port) reaches one ToR only, and
+    the other ToR of the set never learns, or soon forgets, its hosts' /32s.
     """
-    if cfg["role"] != "host" or not cfg["mechanisms"]["arp_duplication"] or driver == "bond":
+    if cfg["role"] != "host" or not cfg["mechanisms"]["arp_duplication"]:
         return None
     out = [f"table netdev {NFT_TABLE} {{"]
     for nic in cfg["nics"]:
@@ -97,8 +106,12 @@ def nft_ruleset(cfg: dict, driver: str = "userspace") -> str | None:
     return "\n".join(out) + "\n"
 
 
-def agent_module(cfg: dict) -> str | None:
-    return {"tor": "hpnlab.node.tor", "host": "hpnlab.node.host"}.get(cfg["role"])
+def agent_module(cfg: dict, driver: str = "userspace") -> str | None:
+    """The node's agent: the ToR agent, the userspace host agent (LACP, routes, ARP announcements), or on a
+    kernel bond the bond host agent (ARP announcements and the bonds' state only)."""
+    if cfg["role"] == "host":
+        return "hpnlab.node.bondhost" if driver == "bond" else "hpnlab.node.host"
+    return {"tor": "hpnlab.node.tor"}.get(cfg["role"])
 
 
 def burst_bytes(rate_kbit: int) -> int:

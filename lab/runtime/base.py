@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from hpnlab import capacity, neightable, nodesetup
+from hpnlab import capacity, kernel, neightable, nodesetup
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
@@ -213,7 +213,8 @@ class Runtime:
         topo, cfgs = load_nodes(self.config_dir)
         self.refuse_foreign(list(cfgs))
         requested = next((c.get("driver", "auto") for c in cfgs.values() if c["role"] == "host"), "auto")
-        self.driver = nodesetup.host_driver(requested, nodesetup.bonding_available())
+        self.driver = nodesetup.host_driver(requested, "bonding" not in kernel.pretended_missing()
+                                            and nodesetup.bonding_available())
         st = self.state.data
         st.runtime, st.config, st.started, st.host_driver = self.name, str(self.config_dir), time.time(), self.driver
         st.netns = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists
@@ -234,9 +235,8 @@ class Runtime:
         routers = [n for n, c in cfgs.items() if c["role"] != "host"]
         progress(f"starting FRR on {len(routers)} routers")
         self.start_frr(routers, cfgs)
-        # With kernel bonds the hosts need no agent: the bond speaks LACP and owns the routes.
-        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c)
-                  and not (c["role"] == "host" and self.driver == "bond")]
+        # With kernel bonds the bond speaks LACP and owns the routes; the hosts' agent only announces them.
+        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c, self.driver)]
         progress(f"starting {len(agents)} agents")
         for n in agents:
             self.start_agent(n, cfgs[n])
@@ -244,7 +244,7 @@ class Runtime:
     def configure_node(self, node: str, cfg: dict) -> None:
         """Sysctls, addresses/bonds, link capacity, nftables, applied from outside through the node's namespace (so a
         container needs no tools or capabilities for it)."""
-        ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg).items()]
+        ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg, self.state.data.skip_sysctls).items()]
         self.run(node, ["sysctl", "-q", "-w", *ctl], what=f"{node}: sysctl")
         run(["ip", "-n", self.netns(node), "-batch", "-"],
             input="\n".join(nodesetup.ip_batch(cfg, self.driver)) + "\n", what=f"{node}: addresses")
@@ -252,7 +252,7 @@ class Runtime:
         if shaping:
             run(["tc", "-n", self.netns(node), "-batch", "-"], input="\n".join(shaping) + "\n",
                 what=f"{node}: link capacity (tc tbf)")
-        rules = nodesetup.nft_ruleset(cfg, self.driver)
+        rules = nodesetup.nft_ruleset(cfg)
         if rules:
             self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
 

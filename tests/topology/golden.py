@@ -34,7 +34,7 @@ def plan_text(cfg: dict, nodesetup) -> str:
         pass
     for d in drivers:
         out += [f"# ip -batch (host driver {d})", *nodesetup.ip_batch(cfg, d)]
-        rules = nodesetup.nft_ruleset(cfg, d)
+        rules = nodesetup.nft_ruleset(cfg)  # the same for both drivers: a bond's slaves duplicate ARP too
         out += [f"# nftables (host driver {d})", rules.rstrip("\n") if rules else "(none)"]
     return "\n".join(out) + "\n"
 
