@@ -28,6 +28,7 @@ import re
 import yaml
 
 from hpnlab.errors import SpecError
+from hpnlab.node.plan import MTU
 from hpnlab.topology import Topology
 
 APIS = {"c9s.run": "c9s.run/v1alpha1", "clabernetes.containerlab.dev": "clabernetes.containerlab.dev/v1alpha1"}
@@ -43,6 +44,7 @@ RESOURCES = {"host": {"requests": {"cpu": "100m", "memory": "192Mi"}},
              "agg": {"requests": {"cpu": "250m", "memory": "256Mi"}},
              "core": {"requests": {"cpu": "250m", "memory": "256Mi"}}}
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+REGISTRY = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._-]+)*/?")
 
 
 # libyaml where PyYAML has it: the 15K Pod's objects are ~50 MB of YAML (pure Python: minutes)
@@ -58,20 +60,53 @@ def _dump_all(objs) -> str:
     return yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, width=120)
 
 
-def definition(clab_text: str, topo: Topology | None = None) -> dict:
-    """The rendered containerlab topology with plain two-endpoint links (what clabernetes compiles).
+def definition(clab_text: str, topo: Topology | None = None, registry: str | None = None) -> dict:
+    """The rendered containerlab topology as clabernetes compiles it: plain two-endpoint links with the
+    lab's MTU, and every node self-contained. clabernetes' containerlab model has only defaults, kinds,
+    nodes and links (util/containerlab/types.go at clabernetes 354b414): ``groups:`` and ``group:`` would
+    vanish and leave every node with no kind and no image. The ``run`` bind goes too: in a launcher pod
+    only the files of ``filesFromConfigMap`` exist, and containerlab refuses a bind without a source.
+    ``registry`` prefixes every image (the cluster pulls them from there).
     With ``topo``, only the part before ``links:`` is parsed and the links come from the topology
     itself (parsing 45,000 rendered links of the 15K Pod took PyYAML ~13 s)."""
     head, sep, _links = clab_text.partition("\n  links:\n")
     if topo is None or not sep:
         d = yaml.load(clab_text, Loader=_Loader)
-        d["topology"]["links"] = [{"endpoints": [f"{e['node']}:{e['interface']}" for e in lk["endpoints"]]}
-                                  for lk in d["topology"]["links"]]
-        return d
-    d = yaml.load(head + "\n", Loader=_Loader)
-    d["topology"]["links"] = [{"endpoints": [f"{lk.a.node}:{lk.a.iface}", f"{lk.b.node}:{lk.b.iface}"]}
-                              for lk in topo.links]
+        ends = [[f"{e['node']}:{e['interface']}" for e in lk["endpoints"]] for lk in d["topology"]["links"]]
+    else:
+        d = yaml.load(head + "\n", Loader=_Loader)
+        ends = [[f"{lk.a.node}:{lk.a.iface}", f"{lk.b.node}:{lk.b.iface}"] for lk in topo.links]
+    d["topology"]["links"] = [{"endpoints": e, "mtu": MTU} for e in ends]
+    groups = d["topology"].pop("groups", None) or {}
+    nodes = {}
+    for name, n in d["topology"]["nodes"].items():
+        n = dict(n or {})
+        g = groups.get(n.pop("group", None), {}) or {}
+        merged = {**g, **n}
+        for key in ("sysctls", "labels"):
+            if key in g or key in n:
+                merged[key] = {**g.get(key, {}), **n.get(key, {})}
+        merged["binds"] = [b for b in merged.get("binds", []) if not b.endswith(":/run/hpnlab")]
+        if registry:
+            merged["image"] = f"{registry.rstrip('/')}/{merged['image']}"
+        nodes[name] = merged
+    d["topology"]["nodes"] = nodes
     return d
+
+
+def self_contained_problems(defn: dict) -> list[str]:
+    """What clabernetes' parser would lose: groups (dropped), and nodes with no kind or image of their own."""
+    topo = defn.get("topology") or {}
+    out = [f"'{k}' at the top of the topology: clabernetes' containerlab model drops it" for k in topo
+           if k not in ("defaults", "kinds", "nodes", "links")]
+    for name, n in (topo.get("nodes") or {}).items():
+        n = n or {}
+        if "group" in n:
+            out.append(f"node '{name}': 'group' is dropped by clabernetes")
+        for key in ("kind", "image"):
+            if not n.get(key) and not (topo.get("defaults") or {}).get(key):
+                out.append(f"node '{name}': no {key} of its own")
+    return out
 
 
 def _json_docs(objs) -> str:
@@ -136,19 +171,25 @@ def files_from_configmap(files: dict[str, str], topo: Topology) -> dict[str, lis
                      for f in BOUND if f"{n.name}/{f}" in files] for n in topo.nodes}
 
 
-def anti_affinity(topo: Topology) -> dict:
+# The label clabernetes puts on each launcher pod with its node's name: c9s.run/topologyNode from 0.7
+# (constants/labels.go and controllers/node/deployment.go at 354b414), clabernetes/topologyNode before
+# (srl-labs/clabernetes 1cc0cbe constants/labels.go).
+NODE_LABEL = {"c9s.run": "c9s.run/topologyNode", "clabernetes.containerlab.dev": "clabernetes/topologyNode"}
+
+
+def anti_affinity(topo: Topology, api: str = "c9s.run") -> dict:
     """The two ToRs of each set on different Kubernetes nodes. clabernetes gives every launcher pod of a
     Topology the same scheduling block, so these are preferences (weight 100) carried by every pod: they
     keep each pair apart, and bias other pods only mildly away from ToR pods."""
     terms = [{"weight": 100, "podAffinityTerm": {
-        "labelSelector": {"matchExpressions": [{"key": "clabernetes/topologyNode", "operator": "In",
+        "labelSelector": {"matchExpressions": [{"key": NODE_LABEL[api], "operator": "In",
                                                 "values": list(st.tors)}]},
         "topologyKey": "kubernetes.io/hostname"}} for st in topo.sets if len(st.tors) == 2]
     return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": terms}} if terms else {}
 
 
 def export(files: dict[str, str], topo: Topology, api: str = "c9s.run", namespace: str | None = None,
-           force_nodes: bool = False) -> dict[str, str]:
+           force_nodes: bool = False, registry: str | None = None) -> dict[str, str]:
     """{relative path: YAML} for clabernetes: a Topology (small labs) or Node + Link objects (large ones),
     and the ConfigMaps either way. Refuses, in one line, a lab the clabernetes compiler would reject."""
     if api not in APIS:
@@ -156,9 +197,11 @@ def export(files: dict[str, str], topo: Topology, api: str = "c9s.run", namespac
                         f"for releases before 0.7)")
     if namespace is not None and not DNS_LABEL.fullmatch(namespace):
         raise SpecError(f"--namespace '{namespace[:40]}': a Kubernetes namespace is lowercase letters, digits and '-'")
+    if registry is not None and not REGISTRY.fullmatch(registry):
+        raise SpecError(f"--registry '{registry[:60]}': give a registry host and path, e.g. registry.example:5000/labs")
     lab = topo.name
-    defn = definition(files[f"{lab}.clab.yml"], topo)
-    problems = compiler_problems(defn)
+    defn = definition(files[f"{lab}.clab.yml"], topo, registry)
+    problems = compiler_problems(defn) + self_contained_problems(defn)
     if problems:
         raise SpecError(f"clabernetes would reject this lab: {problems[0]}"
                         + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
@@ -167,7 +210,7 @@ def export(files: dict[str, str], topo: Topology, api: str = "c9s.run", namespac
         meta["namespace"] = namespace
     role = {n.name: n.role for n in topo.nodes}
     resources = {"default": RESOURCES["host"], **{n: RESOURCES[r] for n, r in role.items() if r != "host"}}
-    scheduling = {"affinity": anti_affinity(topo)} if anti_affinity(topo) else {}
+    scheduling = {"affinity": anti_affinity(topo, api)} if anti_affinity(topo, api) else {}
     deployment = {"resources": resources, "filesFromConfigMap": files_from_configmap(files, topo)}
     if scheduling:
         deployment["scheduling"] = scheduling
@@ -193,7 +236,6 @@ def export(files: dict[str, str], topo: Topology, api: str = "c9s.run", namespac
 def node_and_link_objects(defn: dict, files: dict[str, str], topo: Topology,
                           namespace: str | None) -> tuple[list[dict], list[dict]]:
     """clabernetes' Node (one containerlab node each, named after it) and Link (two endpoints) objects."""
-    groups = defn["topology"].get("groups", {})
     fcm = files_from_configmap(files, topo)
 
     def meta(name: str) -> dict:
@@ -203,11 +245,9 @@ def node_and_link_objects(defn: dict, files: dict[str, str], topo: Topology,
         return m
 
     nodes = []
-    for name, n in defn["topology"]["nodes"].items():
-        g = groups.get(n.get("group"), {})
-        spec = {"kind": g.get("kind", "linux"), "image": g.get("image"), "binds": n.get("binds", []),
-                "sysctls": {k: str(v) for k, v in {**g.get("sysctls", {}), **n.get("sysctls", {})}.items()},
-                "filesFromConfigMap": fcm[name]}
+    for name, n in defn["topology"]["nodes"].items():  # self-contained (definition)
+        spec = {"kind": n.get("kind", "linux"), "image": n.get("image"), "binds": n.get("binds", []),
+                "sysctls": {k: str(v) for k, v in n.get("sysctls", {}).items()}, "filesFromConfigMap": fcm[name]}
         nodes.append({"apiVersion": APIS["c9s.run"], "kind": "Node", "metadata": meta(name), "spec": spec})
     links = []
     for lk in defn["topology"]["links"]:
@@ -215,5 +255,6 @@ def node_and_link_objects(defn: dict, files: dict[str, str], topo: Topology,
         name = f"{topo.name}-{na}-{ia}-{nb}-{ib}".lower()
         links.append({"apiVersion": APIS["c9s.run"], "kind": "Link", "metadata": meta(name),
                       "spec": {"endpointA": {"nodeName": na, "interfaceName": ia},
-                               "endpointB": {"nodeName": nb, "interfaceName": ib}, "connectivity": "vxlan"}})
+                               "endpointB": {"nodeName": nb, "interfaceName": ib}, "connectivity": "vxlan",
+                               "mtu": lk.get("mtu", MTU)}})
     return nodes, links

@@ -111,6 +111,7 @@ class LabState(_Model):
     impairments: dict[str, dict[str, float]] = {}  # "node:iface" -> rate/queue/loss/delay in force
     clab_topology: str | None = None
     k8s_namespace: str | None = None  # c9s runtime: where its clabernetes objects live
+    k8s_api: str | None = None  # c9s runtime: the clabernetes API group it was written for (names differ)
     k8s_context: str | None = None
     owner_pid: int | None = Field(None, description="the hpnlab process deploying it (while it deploys)")
 

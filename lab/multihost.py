@@ -12,13 +12,21 @@ four FRR daemons, a ToR also its agent, a host its agent).
 from __future__ import annotations
 
 import ipaddress
+import zlib
 
 import yaml
 
 from hpnlab.errors import SpecError
+from hpnlab.node.plan import MTU
 from hpnlab.topology import Topology
 
-VNI_BASE = 10000
+VNI_SLOT = 1 << 16  # VNIs are 24 bits: 255 lab slots of 65,536 links each
+
+
+def vni_base(lab: str) -> int:
+    """The first VNI of a lab's tunnels, derived from its name: two split labs sharing machines (and so
+    UDP 4789) get different VNIs, unless their names fall into the same of 255 slots (check RUN.md's)."""
+    return ((zlib.crc32(lab.encode()) % 255) + 1) * VNI_SLOT
 VXLAN_PORT = 4789
 WEIGHT = {"host": 1, "tor": 5, "agg": 4, "core": 4}
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -62,6 +70,9 @@ def split(files: dict[str, str], topo: Topology, machines: int, addrs: list[str]
             raise SpecError(f"--host-addrs: '{a[:40]}' is not an IP address") from None
     if len(set(addrs)) != machines:
         raise SpecError("--host-addrs: the machines' addresses must differ")
+    if len(topo.links) >= VNI_SLOT:
+        raise SpecError(f"--hosts: {len(topo.links)} links need more VNIs than a lab's slot holds ({VNI_SLOT - 1}); "
+                        f"use the c9s target for a lab this large")
     where = placement(topo, machines)
     full = yaml.load(files[f"{topo.name}.clab.yml"], Loader=_Loader)
     out: dict[str, str] = {}
@@ -75,8 +86,9 @@ def split(files: dict[str, str], topo: Topology, machines: int, addrs: list[str]
                 links.append(lk)
             elif m in (ma, mb):
                 mine, other = (a, mb) if ma == m else (b, ma)
-                links.append({"type": "vxlan", "endpoint": mine, "remote": addrs[other], "vni": VNI_BASE + i,
-                              "dst-port": VXLAN_PORT})
+                # the lab's MTU on the tunnel too (containerlab's default is the parent's MTU - 50)
+                links.append({"type": "vxlan", "endpoint": mine, "remote": addrs[other], "vni": vni_base(topo.name) + i,
+                              "dst-port": VXLAN_PORT, "mtu": MTU})
                 crossing += 1
         doc = {"name": full["name"], "topology": {"groups": full["topology"]["groups"], "nodes": nodes,
                                                    "links": links}}
@@ -97,13 +109,15 @@ def run_md(lab: str, m: int, machines: int, addrs: list[str], nodes: int, crossi
     return f"""# Lab '{lab}', machine {m + 1} of {machines} ({addrs[m]})
 
 This folder is all this machine needs: its {nodes} nodes, their bound files, and a containerlab topology
-whose {crossing} links to nodes on other machines are VXLAN tunnels (UDP {VXLAN_PORT}, one VNI per link;
-the other ends are in the folders of the other machines).
+whose {crossing} links to nodes on other machines are VXLAN tunnels (UDP {VXLAN_PORT}, one VNI per link from
+{vni_base(lab)}, derived from the lab's name; the other ends are in the folders of the other machines). Every
+lab link, tunnels included, has MTU {MTU}. A tunnel carries no carrier: when a link between two machines
+fails, its ends learn it from LACP, BFD or BGP timers, not at once as on a local veth.
 
 1. Images (once per machine), from the hpnlab checkout: `sudo ./bootstrap install && sudo .venv/bin/hpnlab images build`
    (or `docker load -i` images saved elsewhere with `docker save hpnlab/router:... hpnlab/host:...`).
 2. The machines must reach each other at {', '.join(addrs)} over UDP {VXLAN_PORT}, with an MTU of at least
-   1550 on that path (VXLAN adds 50 bytes to the lab's 1500), or lower the lab links' MTU.
+   {MTU + 50} on that path (VXLAN adds 50 bytes to the lab's {MTU}).
 3. On this machine, in this folder:
 
        sudo containerlab deploy -t {lab}.clab.yml

@@ -13,6 +13,7 @@ import jinja2
 
 from hpnlab import __version__, capacity, frr
 from hpnlab.errors import SpecError
+from hpnlab.node import plan
 from hpnlab.paths import data_dir
 from hpnlab.picture import fabric_svg
 from hpnlab.topology import IFNAMSIZ, Link, Node, Topology, check_interface_names, summary
@@ -135,6 +136,8 @@ def render(topo: Topology) -> dict[str, str]:
     for node in topo.nodes:
         cfg = node_config(topo, node, adj)
         files[f"{node.name}/node.json"] = json.dumps(cfg, indent=1) + "\n"
+        # containerlab refuses a bind whose source does not exist: the run/ bind's folder ships with a note
+        files[f"{node.name}/run/README"] = RUN_README
         if node.role == "host":
             continue
         ctx = {"node": node, "spec": spec, "fabric_ifaces": cfg["fabric_ifaces"], "table": HOST_ROUTE_TABLE}
@@ -142,13 +145,15 @@ def render(topo: Topology) -> dict[str, str]:
         files[f"{node.name}/daemons"] = daemons.render(ctx, frr=frr.daemons_file(spec.bfd.enabled))
     summ = summary(topo)
     files[f"{topo.name}.clab.yml"] = env.get_template("clab/topology.clab.yml.j2").render(
-        topo=topo, summary=summ, images=IMAGES, version=__version__,
+        topo=topo, summary=summ, images=IMAGES, version=__version__, mtu=plan.MTU,
         sysctls={"router": ROUTER_SYSCTLS, "host": HOST_SYSCTLS})
     files["topology.json"] = json.dumps(topo.to_dict(), indent=1) + "\n"
     files["fabric.svg"] = fabric_svg(topo)
     return files
 
 
+RUN_README = ("This folder is bound into the node's container at /run/hpnlab. The node writes boot.json (its\n"
+              "configuration steps), status.json (its agent's heartbeat) and agent.log here.\n")
 MARKER = ".hpnlab-generated"  # written into every output directory; only such a directory is ever replaced
 
 

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 
 import jsonschema
 import pytest
 import yaml
 
 from hpnlab import c9s, render, topology
+from hpnlab.cli import main
 from hpnlab.errors import SpecError
 from hpnlab.spec import load_spec, parse_spec
-from tests.conftest import EXAMPLES, SHARED, _skip
+from tests.conftest import EXAMPLES, ROOT, SHARED, _skip
 
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SEGMENT_FULL = {"name": "segfull", "segments": 1, "hosts_per_segment": 128, "rails": 8, "aggs_per_plane": 60}
@@ -240,3 +243,63 @@ def test_nodes_and_links_on_request_for_a_small_lab(validators, clab_validator):
     assert "net.ipv4.fib_multipath_hash_seed" in json.loads(render.render(topo)["s0r0a/node.json"])["sysctls"]
     with pytest.raises(SpecError, match="c9s.run"):
         _export(load_spec(EXAMPLES / "default.yml"), api="clabernetes.containerlab.dev", force_nodes=True)
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yml") if p.name != "hpn-pod-15k.yml"))
+def test_every_node_is_self_contained_as_clabernetes_reads_it(example, tmp_path):
+    """clabernetes' containerlab model keeps defaults, kinds, nodes and links only: a node relying on a
+    group would have no kind and no image there. No node binds a run/ folder the launcher pod lacks, every
+    link carries the lab's MTU, and the stand-in kubectl parses the objects as clabernetes does."""
+    from hpnlab.node.plan import MTU
+
+    sp = load_spec(EXAMPLES / example)
+    out = tmp_path / "o"
+    assert main(["generate", str(EXAMPLES / example), "--target", "c9s", "--out", str(out)]) == 0
+    nodes, links = {}, []
+    for o in _objects({f"c9s/{p.name}": p.read_text() for p in (out / "c9s").iterdir()}):
+        if o["kind"] == "Topology":
+            d = yaml.safe_load(o["spec"]["definition"]["containerlab"])
+            assert set(d["topology"]) <= {"defaults", "kinds", "nodes", "links"}, set(d["topology"])
+            assert c9s.self_contained_problems(d) == []
+            nodes.update(d["topology"]["nodes"])
+            links += [lk.get("mtu") for lk in d["topology"]["links"]]
+            if sp.access != "single-tor":  # ToR pairs are kept apart by the label clabernetes puts on pods
+                keys = [t["podAffinityTerm"]["labelSelector"]["matchExpressions"][0]["key"]
+                        for t in o["spec"]["deployment"]["scheduling"]["affinity"]["podAntiAffinity"][
+                            "preferredDuringSchedulingIgnoredDuringExecution"]]
+                assert set(keys) == {"c9s.run/topologyNode"}
+        elif o["kind"] == "Node":
+            nodes[o["metadata"]["name"]] = o["spec"]
+        elif o["kind"] == "Link":
+            links.append(o["spec"]["mtu"])
+    assert len(nodes) == len(topology.build(sp).nodes)
+    assert all(n.get("kind") == "linux" and n.get("image") for n in nodes.values())
+    assert not any(b.endswith(":/run/hpnlab") for n in nodes.values() for b in n.get("binds", []))
+    assert links and set(links) == {MTU}
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "kubesim.py"), "apply", "-f", str(out / "c9s")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_the_stand_in_rejects_a_definition_that_relies_on_groups(tmp_path):
+    """What hpnlab wrote before: nodes with only 'group:' lose kind and image in clabernetes."""
+    clab = ("name: g\ntopology:\n  groups:\n    router: {kind: linux, image: hpnlab/router:0.1.0}\n"
+            "  nodes:\n    r1: {group: router}\n  links: []\n")
+    obj = {"apiVersion": "c9s.run/v1alpha1", "kind": "Topology", "metadata": {"name": "g"},
+           "spec": {"definition": {"containerlab": clab}}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(obj))
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "kubesim.py"), "apply", "-f", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and 'kind "" is not supported' in r.stderr
+    assert c9s.self_contained_problems(yaml.safe_load(clab)) != []
+
+
+def test_registry_prefixes_every_image_and_bad_names_are_one_line(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["generate", "--target", "c9s", "--registry", "reg.example:5000/labs", "--out", str(out)]) == 0
+    text = (out / "c9s" / "hpn.topology.yaml").read_text()
+    assert "reg.example:5000/labs/hpnlab/router:" in text and "reg.example:5000/labs/hpnlab/host:" in text
+    assert main(["generate", "--target", "c9s", "--registry", "Bad Registry!", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "--registry" in err and err.count("\n") == 1 and not (tmp_path / "p").exists()
+    assert main(["generate", "--registry", "reg.example", "--out", str(tmp_path / "q")]) == 2

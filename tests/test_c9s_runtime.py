@@ -1,7 +1,7 @@
 """The kubectl exec channel, with a stand-in kubectl (tests/kubesim.py) in front of a lab of network
 namespaces: a fault, a probe, a capture and a probed fault window reach exactly the node they name,
-through ``kubectl exec deploy/<lab>-<node> -- docker exec clab-<lab>-<node> ...``, and reports and pcaps
-come back on standard output as they must from a pod."""
+through ``kubectl exec deploy/<node> -- docker exec <node> ...`` (the names clabernetes 0.7+ gives; the
+stand-in refuses any other), and reports and pcaps come back on standard output as they must from a pod."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def kube(lab, tmp_path, monkeypatch):
     sim.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
     monkeypatch.setenv("KUBESIM_LOG", str(tmp_path / "kubectl.log"))
+    monkeypatch.setenv("KUBESIM_LAB", LAB)
     from hpnlab.runtime.base import State
     from hpnlab.runtime.c9s import C9sRuntime
 
@@ -71,8 +72,7 @@ def test_a_fault_reaches_the_node_it_names(lab, kube):
     finally:
         inj.revert_all()
     assert "state UP" in nsexec(LAB, "s0h0", "ip", "link", "show", "r0p0").stdout
-    assert any(c[:5] == ["-n", "labs", "exec", "-i", "deploy/kub-s0h0"] and c[9] == "clab-kub-s0h0"
-               for c in _calls(log))
+    assert any(c[:5] == ["-n", "labs", "exec", "-i", "deploy/s0h0"] and c[9] == "s0h0" for c in _calls(log))
     lab.wait_healthy(30)
 
 
@@ -107,3 +107,29 @@ def test_probes_through_the_channel_measure_a_fault_window(lab, kube):
     r = p.result
     assert r.sent > 0 and r.received > 0.5 * r.sent and r.recovered and r.lost_after_repair_1s == 0, r
     lab.wait_healthy(30)
+
+
+def test_the_runtime_execs_into_the_names_clabernetes_gives_per_api(lab, kube, monkeypatch):
+    rt, _log = kube
+    assert rt.exec_target("s0h0") == "s0h0/s0h0"  # c9s.run (0.7+): Deployment and container named after the node
+    rt.state.data.k8s_api = "clabernetes.containerlab.dev"
+    assert rt.exec_target("s0h0") == f"{LAB}-s0h0/s0h0"  # before 0.7: <topology>-<node>
+    monkeypatch.setenv("HPNLAB_C9S_DEPLOYMENT", "lab-{lab}-{node}")
+    monkeypatch.setenv("HPNLAB_C9S_CONTAINER", "c-{node}")
+    assert rt.exec_target("s0h0") == f"lab-{LAB}-s0h0/c-s0h0"  # an unusual deployment's own names
+
+
+@pytest.mark.parametrize("api,deploy,ok", [
+    ("c9s.run", "s0h0", True), ("c9s.run", f"{LAB}-s0h0", False),
+    ("clabernetes.containerlab.dev", f"{LAB}-s0h0", True), ("clabernetes.containerlab.dev", "s0h0", False)])
+def test_the_stand_in_accepts_only_what_clabernetes_creates(lab, kube, monkeypatch, api, deploy, ok):
+    """Before this, hpnlab exec'd into deploy/<lab>-<node> and container clab-<lab>-<node> on 0.7+, which
+    exist in neither API; the stand-in accepted them, so no test could catch it."""
+    import subprocess
+
+    monkeypatch.setenv("KUBESIM_API", api)
+    argv = [sys.executable, str(ROOT / "tests" / "kubesim.py"), "exec", "-i", f"deploy/{deploy}", "--",
+            "docker", "exec", "-i", "s0h0", "true"]
+    assert (subprocess.run(argv, capture_output=True).returncode == 0) == ok
+    old = [*argv[:4], f"deploy/{LAB}-s0h0", *argv[5:9], f"clab-{LAB}-s0h0", "true"]
+    assert subprocess.run(old, capture_output=True).returncode != 0

@@ -35,7 +35,8 @@ def test_each_machine_gets_a_valid_self_contained_folder(spec, n, clab_schema):
             placed[name] = m
             for b in node["binds"]:
                 src = b.split(":")[0]
-                assert src.endswith("/run") or f"{folder}/{src}" in out, (folder, src)  # shipped with the folder
+                # every bind's source ships with the folder (containerlab refuses a missing one), run/ too
+                assert f"{folder}/{src}" in out or f"{folder}/{src}/README" in out, (folder, src)
         for lk in doc["topology"]["links"]:
             if lk.get("type") == "vxlan":
                 ends.setdefault(lk["vni"], []).append((m, lk["endpoint"]["node"], lk["remote"]))
@@ -67,3 +68,37 @@ def test_routers_are_balanced():
 def test_bad_machine_counts_and_addresses_are_one_line(n, addrs, words):
     with pytest.raises(SpecError, match=words):
         _split(load_spec(EXAMPLES / "default.yml"), n, addrs)
+
+
+def test_tunnels_carry_the_lab_mtu_and_vnis_follow_the_lab_name(tmp_path):
+    """containerlab gives a vxlan link its parent's MTU less 50 unless mtu: is set; two split labs on the
+    same machines (UDP 4789) must not share VNIs."""
+    from hpnlab.node.plan import MTU
+
+    vnis = {}
+    for name in ("hpn", "other"):
+        topo, out = _split(parse_spec({"name": name}), 2)
+        doc = yaml.safe_load(out[f"hosts/h1/{name}.clab.yml"])
+        tunnels = [lk for lk in doc["topology"]["links"] if lk.get("type") == "vxlan"]
+        assert tunnels and {lk["mtu"] for lk in tunnels} == {MTU}
+        vnis[name] = {lk["vni"] for lk in tunnels}
+        assert all(0 < v < 1 << 24 for v in vnis[name])
+        assert f"MTU of at least\n   {MTU + 50}" in out["hosts/h1/RUN.md"] and "no carrier" in out["hosts/h1/RUN.md"]
+    assert not vnis["hpn"] & vnis["other"]
+
+
+def test_each_machine_folder_deploys_as_written_by_the_strict_stand_in(tmp_path):
+    """What containerlab checks before it creates anything (tests/clabsim.py mirrors it): strict fields,
+    every bind source present. The folders are written to disk exactly as 'generate --hosts' writes them."""
+    import sys
+
+    from tests.conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import clabsim
+
+    topo, out = _split(load_spec(EXAMPLES / "default.yml"), 2)
+    render.write(out, tmp_path / "o")
+    for m in (1, 2):
+        path = tmp_path / "o" / "hosts" / f"h{m}" / "hpn.clab.yml"
+        clabsim.check_binds(clabsim.load(path), path)

@@ -45,9 +45,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.target == "c9s":
         from hpnlab import c9s
 
-        files.update(c9s.export(files, topo, args.c9s_api, args.namespace, force_nodes=args.c9s_nodes))
-    elif args.c9s_api != "c9s.run" or args.namespace or args.c9s_nodes:
-        raise SpecError("--c9s-api, --namespace and --c9s-nodes go with --target c9s")
+        files.update(c9s.export(files, topo, args.c9s_api, args.namespace, force_nodes=args.c9s_nodes,
+                                registry=args.registry))
+    elif args.c9s_api != "c9s.run" or args.namespace or args.c9s_nodes or args.registry:
+        raise SpecError("--c9s-api, --namespace, --c9s-nodes and --registry go with --target c9s")
     if args.hosts is not None or args.host_addrs:
         from hpnlab import multihost
 
@@ -125,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="API group: c9s.run (clabernetes 0.7+) or clabernetes.containerlab.dev (before 0.7)")
     g.add_argument("--c9s-nodes", action="store_true", help="write Node + Link objects even for a small lab")
     g.add_argument("--namespace", help="Kubernetes namespace for the clabernetes objects (default: kubectl's)")
+    g.add_argument("--registry", help="with --target c9s: the registry the cluster pulls the node images from, "
+                                      "e.g. registry.example:5000/labs (push hpnlab/router and hpnlab/host there "
+                                      "first); default: the bare image names")
     g.add_argument("--hosts", type=int, help="also split the lab over N machines with plain containerlab: "
                                              "OUT/hosts/h1..hN, cross-machine links as VXLAN (see RUN.md there)")
     g.add_argument("--host-addrs", help="the machines' addresses, comma-separated (default: 192.0.2.x "

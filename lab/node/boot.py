@@ -34,6 +34,16 @@ FRRINIT = "/usr/lib/frr/frrinit.sh"
 WAIT_S = float(os.environ.get("HPNLAB_BOOT_WAIT", "600"))
 
 
+IFF_UP = 0x1
+
+
+def admin_up(name: str) -> bool:
+    try:
+        return bool(int(Path(f"/sys/class/net/{name}/flags").read_text(), 16) & IFF_UP)
+    except (OSError, ValueError):
+        return False
+
+
 class Boot:
     def __init__(self, cfg: dict, run: Path = RUN):
         self.cfg, self.run = cfg, run
@@ -60,28 +70,38 @@ class Boot:
         self.report(waiting=None)
 
     def wait_interfaces(self) -> None:
+        """Until every interface is there AND containerlab is done with it. containerlab makes a link end
+        in the root namespace, moves it here, then renames it, sets its MAC and sets it up, in that order
+        (containerlab links/link.go SetNameMACAndUpInterface); a name alone is not the end of it: a port
+        enslaved to a bond before containerlab's "set up" made that step fail. Admin up is its last step."""
         want = [i["name"] for i in self.cfg["interfaces"]]
         deadline = time.monotonic() + WAIT_S
         last = 0.0
         while True:
-            missing = [n for n in want if not Path(f"/sys/class/net/{n}").exists()]
+            missing = [n for n in want if not admin_up(n)]
             if not missing:
                 break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"interfaces {', '.join(missing[:4])} never appeared within {WAIT_S:g} s")
+                raise RuntimeError(f"interfaces {', '.join(missing[:4])} never appeared (or were never set up) "
+                                   f"within {WAIT_S:g} s")
             if time.monotonic() - last > 2:
                 self.report(waiting=f"{len(missing)}/{len(want)} interfaces: {', '.join(missing[:4])}")
                 last = time.monotonic()
             time.sleep(0.1)
-        self.step(f"{len(want)} interfaces present")
+        self.step(f"{len(want)} interfaces present and up")
 
     def set_macs(self) -> None:
+        """Each interface's MAC (links in containerlab's brief form carry none) and the lab's MTU
+        (containerlab's default is 9500, a VXLAN link's its parent's less 50)."""
         lines = []
         for i in self.cfg["interfaces"]:
-            have = Path(f"/sys/class/net/{i['name']}/address").read_text().strip()
-            if have != i["mac"]:
+            sysfs = Path(f"/sys/class/net/{i['name']}")
+            if (sysfs / "address").read_text().strip() != i["mac"]:
                 lines.append(f"link set dev {i['name']} address {i['mac']}")
-        self.step(f"MACs ({len(lines)} set)", ["ip", "-batch", "-"] if lines else None, "\n".join(lines) + "\n")
+            if int((sysfs / "mtu").read_text()) != plan.MTU:
+                lines.append(f"link set dev {i['name']} mtu {plan.MTU}")
+        self.step(f"MACs and MTU ({len(lines)} set)", ["ip", "-batch", "-"] if lines else None,
+                  "\n".join(lines) + "\n")
 
     def sysctls(self) -> None:
         """An unprivileged container's /proc/sys is read-only; a procfs of its own (CAP_SYS_ADMIN) writes

@@ -11,7 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-MTU_FRAME = 1514
+# Every lab link's MTU, the same on every runtime: the namespace runtime creates its veths with it,
+# containerlab's topology sets it on each link (containerlab's own default is 9500), and a node sets it
+# on its interfaces at boot. tbf's bucket is sized from the frame it gives (burst_bytes).
+MTU = 1500
+MTU_FRAME = MTU + 14  # with the Ethernet header
 
 ARP_DUP_MARK = 0x4850  # "HP": set on the original and the copy so neither is duplicated again
 NFT_TABLE = "hpnlab"

@@ -5,10 +5,22 @@ or Node + Link objects, and ConfigMaps) and applies them with ``kubectl apply``;
 launcher pod per node, each node configures itself from its node.json (hpnlab.node.boot), and this
 runtime waits for every node's boot report. Everything else (verify, faults, probes, captures,
 experiments) goes through the kubectl exec channel (runtime/channel.py): ``kubectl exec`` into the node's
-launcher deployment ``<lab>-<node>`` (clabernetes' "prefixed" naming), then ``docker exec`` into the
-node's container there, named ``clab-<lab>-<node>`` as containerlab names it (``HPNLAB_C9S_CONTAINER``
-overrides the pattern, with ``{lab}`` and ``{node}``). Clocks differ between pods: agent heartbeats are
-aged on the pod's own clock, and a gap's length is taken on one clock (see runtime/channel.py).
+launcher deployment, then ``docker exec`` into the node's container there. Their names, as clabernetes
+makes them:
+
+- deployment: from 0.7 (API group c9s.run) the Topology's nodes become Node objects named after the
+  containerlab node, and each Node's launcher Deployment is named after the Node (clabernetes 354b414,
+  controllers/topology/render.go RenderNodes, controllers/node/deployment.go); before 0.7
+  (clabernetes.containerlab.dev) it is ``<topology>-<node>`` (srl-labs/clabernetes 1cc0cbe,
+  controllers/topology/deployment.go);
+- container: the launcher's own containerlab topology has ``prefix: ""``, so the node's container is
+  named after the node (354b414 launcher/materialize.go; 1cc0cbe controllers/topology/definitioncontainerlab.go).
+
+``HPNLAB_C9S_API`` picks the API group (default c9s.run); ``HPNLAB_C9S_DEPLOYMENT`` and
+``HPNLAB_C9S_CONTAINER`` override the names (patterns with ``{lab}`` and ``{node}``) for unusual
+deployments; ``HPNLAB_C9S_REGISTRY`` prefixes the images (the cluster must be able to pull them).
+Clocks differ between pods: agent heartbeats are aged on the pod's own clock, and a gap's length is taken
+on one clock (see runtime/channel.py).
 
 What the namespace and Docker runtimes read from this machine (a node's process list for the ``hang``
 fault, FRR PIDs for ``status``) is not reachable here; those say so in one line.
@@ -31,6 +43,17 @@ KUBECTL = os.environ.get("HPNLAB_KUBECTL", "kubectl")
 TIMEOUT = float(os.environ.get("HPNLAB_C9S_TIMEOUT", "900"))
 STATUS = "/run/hpnlab/status.json"
 BOOT = "/run/hpnlab/boot.json"
+DEPLOYMENT = {"c9s.run": "{node}", "clabernetes.containerlab.dev": "{lab}-{node}"}
+CONTAINER = "{node}"
+
+
+def api_group() -> str:
+    api = os.environ.get("HPNLAB_C9S_API", "c9s.run")
+    if api not in DEPLOYMENT:
+        raise RuntimeFailure(f"HPNLAB_C9S_API '{api[:40]}': give one of {', '.join(DEPLOYMENT)}")
+    return api
+
+
 # prints a file and the pod's own clock, so ages are computed on one clock
 AGED = "import json,sys,time;print(json.dumps({'now':time.time(),'doc':open(sys.argv[1]).read()}))"
 
@@ -59,8 +82,10 @@ class C9sRuntime(Runtime):
         return f"{self.lab}-{node}"  # the launcher deployment: no Linux namespace on this machine
 
     def exec_target(self, node: str) -> str:
-        pattern = os.environ.get("HPNLAB_C9S_CONTAINER", "clab-{lab}-{node}")
-        return f"{self.lab}-{node}/{pattern.format(lab=self.lab, node=node)}"
+        api = self.state.data.k8s_api or "c9s.run"
+        deployment = os.environ.get("HPNLAB_C9S_DEPLOYMENT", DEPLOYMENT[api])
+        container = os.environ.get("HPNLAB_C9S_CONTAINER", CONTAINER)
+        return f"{deployment.format(lab=self.lab, node=node)}/{container.format(lab=self.lab, node=node)}"
 
     def refuse_foreign(self, nodes: list[str]) -> None:
         r = run([*self._kubectl(), "get", "topologies.c9s.run,nodes.c9s.run", "-l", f"hpnlab/lab={self.lab}",

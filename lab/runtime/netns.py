@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from hpnlab import frr, nodesetup
+from hpnlab.node.plan import MTU
 from hpnlab.errors import RuntimeFailure
 from hpnlab.proc import is_node_process, kill_pids, pid_alive, processes, run
 from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, register
@@ -33,8 +34,8 @@ def link_batch(lab: str, links: list[dict]) -> list[str]:
     FIB's linkdown flag) learnt of a flapping host link half a second late.
     """
     return [f"link add {lk['a']['iface']} netns {lab}-{lk['a']['node']} index {IFINDEX_BASE + 2 * i} "
-            f"address {lk['a']['mac']} type veth peer name {lk['b']['iface']} netns {lab}-{lk['b']['node']} "
-            f"index {IFINDEX_BASE + 2 * i + 1} address {lk['b']['mac']}"
+            f"address {lk['a']['mac']} mtu {MTU} type veth peer name {lk['b']['iface']} netns {lab}-{lk['b']['node']} "
+            f"index {IFINDEX_BASE + 2 * i + 1} address {lk['b']['mac']} mtu {MTU}"
             for i, lk in enumerate(links)]
 
 

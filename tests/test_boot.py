@@ -1,0 +1,55 @@
+"""A node's boot (hpnlab.node.boot) against containerlab's order of making a link end: created in the root
+namespace under a random name, moved into the node, renamed, given its MAC, set up (containerlab v0.79.0
+links/link_veth.go, links/link.go SetNameMACAndUpInterface). Boot must not start on an interface before
+containerlab's last step: enslaving a port to a bond before containerlab's "set up" fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.test_lab_netns import _need_lab_machine
+
+NS = "hpnbootrace-n1"
+STEP = 0.6  # seconds between containerlab's steps: the window a boot that looks only for the name falls into
+
+
+def ip(*argv: str) -> None:
+    subprocess.run(["ip", *argv], check=True, capture_output=True)
+
+
+@pytest.mark.root
+def test_boot_waits_until_containerlab_has_set_each_interface_up(tmp_path):
+    _need_lab_machine()
+    cfg = {"name": "n1", "interfaces": [{"name": "h0p0", "mac": "02:00:00:be:00:01"}]}
+    waiter = ("import json, sys, time\nfrom pathlib import Path\nfrom hpnlab.node.boot import Boot\n"
+              "b = Boot(json.loads(sys.argv[1]), run=Path(sys.argv[2]))\nb.wait_interfaces()\n"
+              "print(time.time(), Path('/sys/class/net/h0p0/address').read_text().strip())\n")
+    subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+    ip("netns", "add", NS)
+    try:
+        p = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, "-c", waiter, json.dumps(cfg), str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        ip("link", "add", "clab-br0a", "mtu", "9500", "type", "veth", "peer", "name", "clab-br0b", "mtu", "9500")
+        ip("link", "set", "clab-br0a", "netns", NS)
+        time.sleep(STEP)
+        ip("-n", NS, "link", "set", "clab-br0a", "name", "h0p0")
+        time.sleep(STEP)
+        ip("-n", NS, "link", "set", "h0p0", "address", cfg["interfaces"][0]["mac"])
+        time.sleep(STEP)
+        t_up = time.time()
+        ip("-n", NS, "link", "set", "h0p0", "up")
+        out, _ = p.communicate(timeout=30)
+        t_done, mac = out.split()
+        assert float(t_done) >= t_up, f"boot went on {t_up - float(t_done):.2f} s before containerlab set the link up"
+        assert mac == cfg["interfaces"][0]["mac"]
+        report = json.loads((tmp_path / "boot.json").read_text())
+        assert report["steps"][-1]["step"] == "1 interfaces present and up"
+    finally:
+        subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+        subprocess.run(["ip", "link", "del", "clab-br0b"], capture_output=True)
