@@ -10,7 +10,7 @@ R=/mnt/run
 OUT=$R/out
 mkdir -p "$OUT"
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 CI=true
-export HPNLAB_IN_VM=1 OUT
+export HPNLAB_IN_VM=1 HPNLAB_NO_TEST_TOOLS=1 OUT
 say() { echo "hpnlab-vm: $*"; }
 say "guest started: kernel $(uname -r), $(nproc) cpus, $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) MiB"
 
