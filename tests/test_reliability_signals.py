@@ -87,9 +87,11 @@ def test_sigterm_during_run_reverts_writes_partial_results_and_removes_the_lab(t
     assert "partial" in res and len(res["variants"]["dual-tor-clos"]["runs"]) == 1, err[-1500:]
     assert not (out / "raw" / "dual-tor-clos" / "rep2").exists() and "removed the unfinished" in err
     assert leftovers("xp2") == []
-    # what is left can be re-analysed, and reused as --out
+    # what is left can be re-analysed (rebuilt to the same figures from raw/), and reused as --out
     r = hpnlab("run", "link-failure", "--variants", "dual-tor-clos", "--out", str(out), "--reanalyse")
     assert r.returncode == 0
+    again = json.loads((out / "results.json").read_text())
+    assert again["variants"]["dual-tor-clos"]["faults"] == res["variants"]["dual-tor-clos"]["faults"]
 
 
 def test_sigkill_during_up_then_one_down_cleans_everything(tmp_path):

@@ -184,6 +184,26 @@ def test_fault_applies_reverts_and_the_lab_heals(rtlab):
     assert healed
 
 
+def test_a_shaped_link_carries_full_size_tcp_segments(rtlab):
+    """Every runtime's links are MTU 1500. containerlab makes veths at 9500 unless a link says mtu: (the
+    stand-in does too), and tbf's bucket holds two 1514-byte frames: on 9500-byte links every full-size
+    TCP segment through a shaped link was dropped and a bulk transfer stalled."""
+    lab = rtlab.name
+    mtu = rtlab.hpnlab("exec", "--lab", lab, "s0h0", "--", "cat", "/sys/class/net/r0p0/mtu").stdout.strip()
+    assert mtu == "1500"
+    for port in ("r0p0", "r0p1"):
+        rtlab.hpnlab("impair", "--lab", lab, "s0h0", port, "rate=50mbit")
+    try:
+        rtlab.hpnlab("exec", "--lab", lab, "s1h0", "--", "iperf3", "-s", "-1", "-D", "-p", "5299")
+        r = rtlab.hpnlab("exec", "--lab", lab, "s0h0", "--", "iperf3", "-c", "10.0.2.2", "-B", "10.0.0.2", "-p",
+                         "5299", "-t", "2", "-J", "--connect-timeout", "3000", timeout=60)
+        got = json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+    finally:
+        rtlab.hpnlab("impair", "--lab", lab, "--clear", "s0h0")
+    print(f"[{rtlab.runtime}] TCP through a 50 Mbit/s shaped port: {got:.1f} Mbit/s", file=sys.stderr)
+    assert 20 < got <= 55, got
+
+
 def test_failover_experiment_runs_unchanged(rtlab, tmp_path):
     rt = "clab" if rtlab.runtime == "docker" else rtlab.runtime
     rtlab.hpnlab("run", "experiments/link-failure.yml", "--variants", "dual-tor-clos", "-n", "1", "--runtime", rt,

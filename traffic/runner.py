@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from hpnlab.errors import RuntimeFailure
+from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import bring_up, wait_healthy
 from hpnlab.proc import kill_pids
 from hpnlab.runtime.base import Runtime
@@ -430,6 +430,43 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
         png, table = report.plot(results, out / "plot.png"), report.summary_table(results)
     (out / "summary.txt").write_text(table + "\n")
     return png, table
+
+
+def tracked(path: Path) -> bool:
+    """Whether git tracks the file (results shipped with hpnlab); False outside a git checkout."""
+    try:
+        r = subprocess.run(["git", "-C", str(path.parent), "ls-files", "--error-unmatch", path.name],
+                           capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def no_plot_reason() -> str:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib)"
+    return "no variant has a finished repetition to draw"
+
+
+def check_raw(exp: Experiment, out: Path) -> None:
+    """Refuse (one line, nothing written) unless every repetition results.json counts has its raw data:
+    re-analysing without it would rewrite the results as empty. Shipped results carry no raw/ (it is
+    large and git-ignored), so they cannot be re-analysed, only re-run."""
+    old = json.loads((out / "results.json").read_text())
+    for plan in exp.plans:
+        v = old["variants"].get(plan.name)
+        if not v or not v.get("runs"):
+            continue
+        raw = out / "raw" / plan.name
+        for k in range(1, len(v["runs"]) + 1):
+            if not (raw / f"rep{k}" / "run.json").exists():
+                why = "no raw/ folder (shipped results carry none: re-run the experiment into a new folder)" \
+                    if not (out / "raw").exists() else f"{raw / f'rep{k}' / 'run.json'} is missing"
+                raise SpecError(f"--reanalyse: variant '{plan.name}' repetition {k}: {why}; nothing was written")
+        if plan.workload.kind == "elephant" and not (raw / "pathmap.json").exists():
+            raise SpecError(f"--reanalyse: variant '{plan.name}': {raw / 'pathmap.json'} is missing; nothing was written")
 
 
 def reanalyse(exp: Experiment, out: Path) -> dict:

@@ -62,7 +62,7 @@ STEPS: dict[str, tuple[int, str, str]] = {
     "link-failure": (2400, ".venv/bin/hpnlab run experiments/host-drivers.yml -n 1 --out /tmp/lf && "
                            "cp /tmp/lf/summary.txt /tmp/lf/results.json $OUT/ && cat /tmp/lf/summary.txt",
                      "the access-link failure with the kernel bond and the userspace host agent, -n 1"),
-    "kernel-tests": (2400, "./bootstrap test -m kernel -x -q --junitxml=$OUT/kernel-tests.xml",
+    "kernel-tests": (2400, "./bootstrap test -m kernel -x -q -rP --junitxml=$OUT/kernel-tests.xml",
                      "the suite's kernel subset (pytest -m kernel)"),
 }
 DEFAULT_STEPS = ["up", "doctor", "verify", "down", "kernel-tests", "link-failure"]

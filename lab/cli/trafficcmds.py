@@ -35,9 +35,14 @@ def run_cmd(args) -> int:
     if not args.reanalyse and out.exists() and any(out.iterdir()) and not (out / "results.json").exists():
         raise SpecError(f"--out: '{out}' exists and is not an earlier hpnlab run (no results.json); "
                         f"give a new or empty directory")
+    if not args.reanalyse and (out / "results.json").exists() and not args.force:
+        shipped = " (results shipped with hpnlab, tracked by git)" if runner.tracked(out / "results.json") else ""
+        raise SpecError(f"--out: '{out}' already holds results{shipped}; give a new directory, or add --force "
+                        f"to replace them")
     if args.reanalyse:
         if not (out / "results.json").exists():
             raise SpecError(f"--reanalyse: no results.json in '{out}'; run the experiment first")
+        runner.check_raw(exp, out)  # every repetition's raw data, or nothing is written
         results = runner.reanalyse(exp, out)
     else:
         bar = runner.Bar(quiet=args.json)
@@ -52,7 +57,7 @@ def run_cmd(args) -> int:
         print()
     else:
         print(table)
-        print(f"results: {out / 'results.json'}" + (f"   plot: {png}" if png else "   (plot: pip install matplotlib)"))
+        print(f"results: {out / 'results.json'}" + (f"   plot: {png}" if png else f"   (no plot: {runner.no_plot_reason()})"))
     failed = [n for n, v in results["variants"].items() if v.get("error")]
     if failed:
         raise RuntimeFailure(f"variant(s) {', '.join(failed)} failed: " +
@@ -183,6 +188,8 @@ def add_parsers(sub) -> None:
     r.add_argument("--variants", help="comma-separated subset of variants to run")
     r.add_argument("--runtime", default="netns", help=f"{' or '.join(runtimes.names())} (default netns)")
     r.add_argument("--json", action="store_true", help="print a JSON digest instead of the table")
+    r.add_argument("--force", action="store_true", help="replace the results an --out folder already holds "
+                                                        "(refused without it, shipped results included)")
     r.add_argument("--reanalyse", action="store_true",
                    help="recompute results.json, plot and summary from DIR/raw without running anything")
     r.set_defaults(func=run_cmd)
