@@ -175,7 +175,7 @@ class Lab:
 
     # --- life -------------------------------------------------------------------------------------------
     @classmethod
-    def up(cls, spec: str | Path | dict | Spec = "examples/default.yml", runtime: str = "netns",
+    def up(cls, spec: str | Path | dict | Spec = "default", runtime: str = "netns",
            name: str | None = None, overrides: dict | None = None, timeout: float = 90.0,
            progress: bool | Callable[[str], None] = False) -> "Lab":
         """Bring a lab up and wait until every verify check passes; anything else rolls it back and
@@ -371,6 +371,7 @@ def resolve_spec(spec: str | Path | dict | Spec, name: str | None = None, overri
         if not isinstance(overrides, dict):
             raise SpecError("overrides: give a mapping like {'tier2': 'clos'}")
         data = merge(data, overrides)
+        where = f"{where} with overrides"
     if name is not None:
         data["name"] = check_lab_name(name, "name")
     return parse_spec(data, where)

@@ -11,6 +11,10 @@ class SpecError(HpnlabError):
     """The spec (or an experiment file) is wrong: names the field and what is allowed."""
 
 
+class UsageError(HpnlabError):
+    """The command was used wrongly (not as root, a lab that is not running): exit 2 like bad input."""
+
+
 class RuntimeFailure(HpnlabError):
     """Deploying, checking or tearing down a lab failed; the message says which step."""
 

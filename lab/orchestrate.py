@@ -14,7 +14,7 @@ import sys
 import time
 
 from hpnlab import frr, kernel, render, runtime as runtimes, topology, verify
-from hpnlab.errors import RuntimeFailure, SpecError, StateError
+from hpnlab.errors import RuntimeFailure, SpecError, StateError, UsageError
 from hpnlab.models import LabState
 from hpnlab.proc import is_node_process, processes
 from hpnlab.signals import shielded
@@ -40,7 +40,8 @@ class Progress:
 
 def need_root(what: str) -> None:
     if os.geteuid() != 0:
-        raise RuntimeFailure(f"'{what}' needs root (network namespaces, FRR): run it with sudo")
+        raise UsageError(f"'{what}' needs root (network namespaces, FRR): run 'sudo {what}' ('./bootstrap "
+                         f"install' as root puts hpnlab on sudo's path)")
 
 
 def resolve_lab(name: str | None) -> str:
@@ -59,7 +60,7 @@ def open_lab(name: str) -> tuple[Runtime, dict[str, dict]]:
     """A running lab's runtime and node configs; one line if it is not running or its files are damaged."""
     name = check_lab_name(name, "--lab")
     if not state_dir(name).exists():
-        raise RuntimeFailure(f"lab '{name}' is not running" + _running_hint())
+        raise UsageError(f"lab '{name}' is not running" + _running_hint())
     st = State.load(name)
     rt = runtimes.get(st.data.runtime)(name, st)
     return rt, load_cfgs(rt)

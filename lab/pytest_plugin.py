@@ -9,7 +9,7 @@
                 ...
         p.result.assert_disruption(max_gap_ms=300)
 
-Options: --hpnlab-spec (when a module's marker names none), --hpnlab-runtime netns|clab, --hpnlab-keep
+Options: --hpnlab-spec (when a module's marker names none), --hpnlab-runtime netns|clab|c9s, --hpnlab-keep
 (leave a module's lab up after a failure), --hpnlab-pcap (capture on every host port during each test),
 --hpnlab-artifacts DIR. On a failure, the lab's FRR and agent logs, the test's probe reports and pcaps
 land in DIR/<test name>/. Lab names are unique per module and per pytest-xdist worker. Without root or
@@ -35,7 +35,9 @@ def pytest_addoption(parser) -> None:
     g = parser.getgroup("hpnlab", "hpnlab labs (network namespaces or containerlab)")
     g.addoption("--hpnlab-spec", default=None, help="lab spec for modules whose hpnlab marker names none "
                                                     "(default: the shipped examples/default.yml)")
-    g.addoption("--hpnlab-runtime", default=None, choices=("netns", "clab"),
+    from hpnlab.runtime import names as runtime_names
+
+    g.addoption("--hpnlab-runtime", default=None, choices=runtime_names(),
                 help="runtime for every lab (default: the marker's runtime, else netns)")
     g.addoption("--hpnlab-keep", action="store_true", help="leave a module's lab up when one of its tests failed")
     g.addoption("--hpnlab-pcap", action="store_true", help="capture on every host port during each lab test; "

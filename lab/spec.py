@@ -300,6 +300,8 @@ def _format_error(err: ValidationError) -> str:
     if kind == "extra_forbidden":
         return f"spec field '{field}': unknown key; remove it or check spelling (see examples/default.yml)"
     msg = e["msg"].removeprefix("Value error, ")
+    if kind in ("model_type", "dict_type", "model_attributes_type"):  # not pydantic's class names
+        msg = "must be a mapping of its own keys (e.g. 'enabled: true' under it)"
     got = e.get("input")
     if kind in ("missing",):
         hint = ", e.g. name: hpn (it prefixes the lab's namespaces)" if field == "name" else ""
@@ -330,10 +332,31 @@ def find_spec(path: str | Path | None) -> Path:
     except OSError:  # ENAMETOOLONG, ELOOP...: read_yaml says so in one line
         return p
     if len(str(path)) < 256:
-        for cand in (EXAMPLES / str(path), EXAMPLES / f"{path}.yml"):
+        # 'examples/default.yml' (the README's form) resolves outside the checkout too
+        name = p.name if p.parent.name == "examples" else str(path)
+        for cand in (EXAMPLES / name, EXAMPLES / f"{name}.yml"):
             if cand.is_file():
                 return cand
     return p
+
+
+class DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int):
+        super().__init__(key)
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys silently; a spec or experiment file must not."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 MAX_FILE = 1 << 20  # a spec or experiment file is a few KB; anything past 1 MiB is refused unread
@@ -367,7 +390,9 @@ def read_yaml(p: Path, what: str) -> Any:
         line = text.count("\n", 0, m.start()) + 1
         raise SpecError(f"{what} '{shown}': control character {m.group()!r} at line {line}; a spec is plain text")
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except DuplicateKey as e:
+        raise SpecError(f"{shown}: key '{e.key}' given twice (line {e.line}); keep one") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

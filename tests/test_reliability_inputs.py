@@ -214,3 +214,33 @@ def test_fuzzed_experiment_files_never_raise_anything_but_spec_error(tmp_path, d
         experiment.load(p)
     except SpecError as e:
         assert "\n" not in str(e)
+
+
+def test_a_key_given_twice_is_one_line(tmp_path):
+    p = tmp_path / "dup.yml"
+    p.write_text("name: x\nsegments: 1\nlacp: {key: 1}\nsegments: 2\n")
+    one_line(cli("generate", str(p), "--out", str(tmp_path / "o")), "key 'segments' given twice (line 4)")
+    e = tmp_path / "e.yml"
+    e.write_text("name: e\nduration: 5\nduration: 9\n")
+    one_line(cli("run", str(e), "--out", str(tmp_path / "r"), "--reanalyse"), "key 'duration' given twice")
+
+
+@pytest.mark.parametrize("cmd", [["status"], ["verify"], ["fail", "link-down", "s0h0", "r0p0"], ["down"]])
+def test_a_lab_that_is_not_running_is_one_line_exit_2_naming_the_running_labs(cmd):
+    if os.geteuid() != 0:
+        pytest.skip("these commands check for root first")
+    r = cli(*cmd, "--lab", "nosuchlab")
+    if cmd == ["down"]:  # idempotent: nothing to remove is not an error
+        assert r.returncode == 0 and "not running: nothing to do" in r.stderr
+        return
+    one_line(r, "lab 'nosuchlab' is not running", "(")
+
+
+def test_forgetting_sudo_is_one_line_exit_2_saying_how(monkeypatch, capsys):
+    from hpnlab.cli import main
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # as a user without root
+    for cmd in (["status"], ["up"], ["verify"], ["doctor"]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "needs root" in err[0] and f"sudo hpnlab {cmd[0]}" in err[0], err

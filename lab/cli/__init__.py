@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
 
 from hpnlab import __version__, signals
@@ -19,7 +20,7 @@ examples:
   hpnlab generate examples/hpn-pod-15k.yml --out out/pod --summary
   hpnlab calc                              the paper's Table 1 and Table 2 from switch parameters
   sudo hpnlab up                           bring the default lab up on network namespaces, verify it
-  sudo hpnlab images build && sudo hpnlab up --runtime clab     the same lab on containerlab + Docker
+  sudo hpnlab images build && sudo hpnlab up --runtime clab   the lab on containerlab + Docker
   sudo hpnlab status --json                per-node health for scripts
   sudo hpnlab exec s0r0a -- vtysh -c 'show bgp summary'
   sudo hpnlab probe paths s0h0 s1h0        which ToR/agg each source port takes (scapy TTL probes)
@@ -28,6 +29,36 @@ examples:
   sudo hpnlab run experiments/link-failure.yml --out results/link-failure
   sudo hpnlab down                         remove everything the lab created
 """
+
+
+class Formatter(argparse.HelpFormatter):
+    """Every parser's help: each description and epilog line wrapped on its own (an indented line, an
+    example, kept as it is), and an option's default shown where it has one worth showing."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for line in text.splitlines():
+            if not line.strip() or line.startswith(" "):
+                out.append(indent + line)
+            else:
+                out.append(textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent + "  "))
+        return "\n".join(out)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if "%(default)" in text or "default" in text.lower() or d in (None, False, argparse.SUPPRESS) \
+                or (not action.option_strings and action.nargs not in ("?", "*")):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def apply_formatter(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = Formatter
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sp in a.choices.values():
+                apply_formatter(sp)
 
 
 def _print_json(obj) -> None:
@@ -136,12 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_generate)
 
     c = sub.add_parser("calc", help="reproduce the paper's Table 2 (scale) and Table 1 (path search)")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print JSON for scripts instead of the table")
     c.set_defaults(func=cmd_calc)
 
     labcmds.add_parsers(sub)
     trafficcmds.add_parsers(sub)
     images.add_parsers(sub)
+    apply_formatter(p)
     return p
 
 

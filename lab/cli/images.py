@@ -37,7 +37,9 @@ def add_parsers(sub) -> None:
                                    f"{', '.join(IMAGES.values())}). base: make a Debian base image with "
                                    "debootstrap + docker import, for machines without an image registry. "
                                    "list: which images are present.")
-    p.add_argument("action", choices=("build", "base", "list"))
+    p.add_argument("action", choices=("build", "base", "list"),
+                   help="build: the router and host images; base: a Debian base image with debootstrap (no "
+                        "registry needed); list: the images and whether each exists")
     p.add_argument("--base", help="build on this local base image instead of debian:bookworm-slim "
                                   f"(e.g. {containers.BASE_TAG} from 'hpnlab images base')")
     p.add_argument("--tag", default=containers.BASE_TAG, help=f"tag for 'base' (default {containers.BASE_TAG})")

@@ -11,7 +11,7 @@ from hpnlab import frr, runtime as runtimes, verify
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import Progress, adopt, bring_up, need_root, open_lab, resolve_lab, tear_down, wait_healthy
 from hpnlab.proc import pid_alive
-from hpnlab.runtime.base import Runtime, state_dir
+from hpnlab.runtime.base import Runtime, running_labs, state_dir
 from hpnlab.spec import load_spec
 
 def print_checks(checks: list[dict], out=sys.stdout) -> None:
@@ -113,11 +113,10 @@ def status(args) -> int:
     lab = resolve_lab(args.lab)
     if not (state_dir(lab) / "state.json").exists():
         if args.json:
-            json.dump({"lab": lab, "running": False}, sys.stdout)
+            json.dump({"lab": lab, "running": False, "running_labs": running_labs()}, sys.stdout)
             print()
-        else:
-            print(f"lab '{lab}' is not running")
-        return 1
+            return 2
+        open_lab(lab)  # one line: not running, and which labs are
     rt, cfgs = open_lab(lab)
     daemons: dict[str, list[bool]] = {}
     for pid, ns in rt.frr_pids().items():
@@ -232,7 +231,7 @@ def add_parsers(sub) -> None:
                                    "so that verify, status, fail, probe, run and down work on it, and verify it.")
     a.add_argument("topology", help="the <lab>.clab.yml that containerlab deployed (its folder is hpnlab's output)")
     a.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="print JSON for scripts instead of the table")
     a.set_defaults(func=attach)
 
     k = sub.add_parser("doctor", help="check what this kernel offers a lab, before bringing one up",
@@ -259,12 +258,12 @@ def add_parsers(sub) -> None:
 
     e = sub.add_parser("exec", help="run a command inside a node (vtysh reaches that node's FRR)",
                        description="Example: hpnlab exec s0r0a -- vtysh -c 'show bgp summary'")
-    e.add_argument("node")
-    e.add_argument("cmd", nargs=argparse.REMAINDER)
+    e.add_argument("node", help="the node to run it in (hpnlab status lists them), e.g. s0r0a")
+    e.add_argument("cmd", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
     e.add_argument("--lab", help="lab name (default: the only running lab)")
     e.set_defaults(func=exec_cmd)
 
     s = sub.add_parser("shell", help="interactive shell inside a node's namespace")
-    s.add_argument("node")
+    s.add_argument("node", help="the node to open a shell in, e.g. agg0-0")
     s.add_argument("--lab", help="lab name (default: the only running lab)")
     s.set_defaults(func=shell)

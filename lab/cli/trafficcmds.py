@@ -186,7 +186,8 @@ def add_parsers(sub) -> None:
     r.add_argument("--repetitions", "-n", type=int, help="override the file's repetitions")
     r.add_argument("--duration", type=float, help="override the file's duration (seconds)")
     r.add_argument("--variants", help="comma-separated subset of variants to run")
-    r.add_argument("--runtime", default="netns", help=f"{' or '.join(runtimes.names())} (default netns)")
+    r.add_argument("--runtime", default="netns", choices=runtimes.names(),
+                   help="where each variant's lab runs (as for 'hpnlab up')")
     r.add_argument("--json", action="store_true", help="print a JSON digest instead of the table")
     r.add_argument("--force", action="store_true", help="replace the results an --out folder already holds "
                                                         "(refused without it, shipped results included)")
@@ -195,13 +196,13 @@ def add_parsers(sub) -> None:
     r.set_defaults(func=run_cmd)
 
     f = sub.add_parser("fail", help="inject one fault into a running lab (reverted after --for, on Ctrl-C, or by --clear)",
-                       description="Kinds: " + "; ".join(f"{k}: {v}" for k, v in faults.KINDS.items()),
+                       description="Kinds:\n" + "\n".join(f"{k}: {v}" for k, v in faults.KINDS.items()),
                        epilog="examples:\n  sudo hpnlab fail link-down s0h0 r0p0 --for 5\n"
                               "  sudo hpnlab fail hang s0r0a            (stays until: hpnlab fail --clear)\n"
                               "  sudo hpnlab fail link-flap s0h0 r0p0 --period 1 --count 5",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    f.add_argument("kind", nargs="?")
-    f.add_argument("node", nargs="?")
+    f.add_argument("kind", nargs="?", help="the fault (--list shows every kind and what it does)")
+    f.add_argument("node", nargs="?", help="the node it hits, e.g. s0h0 or s0r0a")
     f.add_argument("iface", nargs="?", help="for link faults (comma-separated for a multi-port cable)")
     f.add_argument("--for", dest="hold", type=float, help="seconds to hold it, then revert")
     f.add_argument("--period", type=float, default=1.0, help="link-flap period (s)")
@@ -212,8 +213,8 @@ def add_parsers(sub) -> None:
     f.set_defaults(func=fail_cmd)
 
     c = sub.add_parser("capture", help="write a pcap of one node interface (tcpdump inside the node)")
-    c.add_argument("node")
-    c.add_argument("iface")
+    c.add_argument("node", help="the node to capture in, e.g. s0r0a")
+    c.add_argument("iface", help="its interface, e.g. h0p0")
     c.add_argument("--out", "-o", help="pcap file (default NODE-IFACE.pcap); an existing file is kept unless --force")
     c.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     c.add_argument("--duration", type=float, help="seconds (default: until Ctrl-C or --count)")
@@ -226,34 +227,34 @@ def add_parsers(sub) -> None:
                         description="Change one link end of a running lab. Settings: " +
                         "; ".join(f"{k}=... {v}" for k, v in impair.KEYS.items()) +
                         ". The change stays until --clear (all, or one NODE [IFACE]) or 'hpnlab down'.")
-    im.add_argument("node", nargs="?")
-    im.add_argument("iface", nargs="?")
-    im.add_argument("settings", nargs="*", metavar="KEY=VALUE")
+    im.add_argument("node", nargs="?", help="the node whose link end changes, e.g. s0h0")
+    im.add_argument("iface", nargs="?", help="its interface, e.g. r0p0")
+    im.add_argument("settings", nargs="*", metavar="KEY=VALUE", help="rate=, queue=, loss=, delay= (above)")
     im.add_argument("--clear", action="store_true", help="undo impairments (all, or of NODE [IFACE])")
-    im.add_argument("--json", action="store_true")
+    im.add_argument("--json", action="store_true", help="print JSON for scripts instead of the table")
     im.add_argument("--lab", help="lab name (default: the only running lab)")
     im.set_defaults(func=impair_cmd, command="impair")
 
     p = sub.add_parser("probe", help="crafted packets with scapy: ECMP paths (TTL probes), ARP, LACP")
     psub = p.add_subparsers(dest="mode", required=True, metavar="MODE")
     a = psub.add_parser("paths", help="which ToR, agg and far ToR each source port takes from SRC to DST")
-    a.add_argument("src")
-    a.add_argument("dst")
-    a.add_argument("--rail", type=int, default=0)
-    a.add_argument("--flows", type=int, default=16)
+    a.add_argument("src", help="the sending host, e.g. s0h0")
+    a.add_argument("dst", help="the receiving host, e.g. s1h0")
+    a.add_argument("--rail", type=int, default=0, help="which rail (NIC) of the hosts")
+    a.add_argument("--flows", type=int, default=16, help="how many source ports (5-tuples) to probe")
     a.add_argument("--sport", type=int, default=20000, help="first source port")
     a.add_argument("--dport", type=int, default=33434, help="destination port (part of the L4 hash)")
     a.add_argument("--proto", choices=("udp", "tcp"), default="udp",
                    help="protocol of the 5-tuple (part of the L4 hash): tcp probes with a SYN")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="print JSON for scripts instead of the table")
     b = psub.add_parser("arp", help="ARP request out of one host port; show who answers with which MAC")
-    b.add_argument("node")
-    b.add_argument("iface")
+    b.add_argument("node", help="the host that asks, e.g. s0h0")
+    b.add_argument("iface", help="the port it asks on, e.g. r0p0")
     b.add_argument("target", help="IP to ask for")
     lp = psub.add_parser("lacp", help="decode the LACPDUs heard on a node port")
-    lp.add_argument("node")
-    lp.add_argument("iface")
-    lp.add_argument("--wait", type=float, default=3.0)
+    lp.add_argument("node", help="the node whose LACPDUs to decode, e.g. s0r0a")
+    lp.add_argument("iface", help="its interface, e.g. h0p0")
+    lp.add_argument("--wait", type=float, default=3.0, help="seconds to listen")
     for x in (a, b, lp):
         x.add_argument("--lab", help="lab name (default: the only running lab)")
         x.set_defaults(func=probe_cmd, command="probe")
