@@ -37,6 +37,11 @@ def placement(topo: Topology, machines: int) -> dict[str, int]:
     """node -> machine index (0-based)."""
     if machines < 1:
         raise SpecError("--hosts: give 1 or more machines")
+    segments = len({n.segment for n in topo.nodes if n.role in ("host", "tor")})
+    most = segments + sum(1 for n in topo.nodes if n.role in ("agg", "core"))
+    if machines > most:  # a segment is never split: more machines would stay empty
+        raise SpecError(f"--hosts {machines}: lab '{topo.name}' can fill at most {most} machines ({segments} "
+                        f"segments, each kept whole, and {most - segments} aggs/cores); give at most {most}")
     load = [0] * machines
     out: dict[str, int] = {}
     units: dict[int, list] = {}

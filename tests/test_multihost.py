@@ -102,3 +102,9 @@ def test_each_machine_folder_deploys_as_written_by_the_strict_stand_in(tmp_path)
     for m in (1, 2):
         path = tmp_path / "o" / "hosts" / f"h{m}" / "hpn.clab.yml"
         clabsim.check_binds(clabsim.load(path), path)
+
+
+def test_more_machines_than_the_lab_can_fill_is_one_line():
+    topo = topology.build(load_spec(EXAMPLES / "default.yml"))
+    with pytest.raises(SpecError, match="--hosts 99: lab 'hpn' can fill at most 6 machines"):
+        multihost.split(render.render(topo), topo, 99)

@@ -237,7 +237,8 @@ def plot(results: dict, path: Path) -> Path | None:
                 t, mbit, q = zip(*rows)
                 axes[0][j].plot(t, mbit, label=port, lw=1)
                 axes[1][j].plot(t, q, label=port, lw=1)
-        axes[0][j].set_title(f"{name}\nhot NIC {w.get('hot_nic')}: ToR port egress", fontsize=8)
+        axes[0][j].set_title(f"{name} (repetition 1 of {len(v['runs'])})\nhot NIC {w.get('hot_nic')}: ToR port "
+                             f"egress", fontsize=8)
         axes[0][j].set_ylabel("Mbit/s")
         axes[1][j].set_title("queue (tbf backlog)", fontsize=8)
         axes[1][j].set_ylabel("KB")
@@ -247,15 +248,24 @@ def plot(results: dict, path: Path) -> Path | None:
                 a.legend(fontsize=6, loc="upper right")
             a.tick_params(labelsize=7)
         ax = axes[2][j]
+        stats = {sel: [v["balance"][sel]["downlink_ratio"].get(k) for k in ("median", "p90", "max")]
+                 for sel in ("hash", "disjoint")}
+        finite = [x for vals in stats.values() for x in vals if x is not None]
+        top = max(finite + [2.0]) * 1.3  # an infinite ratio (an idle link beside a busy one) reaches the top
         for sel, colour in (("hash", "tab:red"), ("disjoint", "tab:green")):
-            st = v["balance"][sel]["downlink_ratio"]
-            vals = [st.get(k) for k in ("median", "p90", "max")]
-            ax.bar([f"{sel}\nmed", f"{sel}\np90", f"{sel}\nmax"], [x if x is not None else 0 for x in vals],
-                   color=colour, alpha=0.7)
-            for k, x in enumerate(vals):
-                ax.text(k + (0 if sel == "hash" else 3), (x or 0) + 0.05, "inf" if x is None else f"{x:g}",
-                        ha="center", fontsize=6)
-        ax.set_title("downlink ratio over flow sets (path map)", fontsize=8)
+            vals = stats[sel]
+            bars = ax.bar([f"{sel}\nmed", f"{sel}\np90", f"{sel}\nmax"], [top if x is None else x for x in vals],
+                          color=colour, alpha=0.7)
+            for bar, x in zip(bars, vals):
+                if x is None:
+                    bar.set_hatch("//")
+                    bar.set_alpha(0.35)
+                ax.text(bar.get_x() + bar.get_width() / 2, (top if x is None else x) + 0.03 * top,
+                        "inf" if x is None else f"{x:g}", ha="center", fontsize=6)
+        ax.set_ylim(0, top * 1.15)
+        ax.set_ylabel("max/min downlink bytes", fontsize=7)
+        ax.set_title("downlink ratio over flow sets (path map;\nhatched: inf, an idle link beside a busy one)",
+                     fontsize=8)
         ax.tick_params(labelsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -206,7 +206,7 @@ def plot(results: dict, path: Path) -> Path | None:
     variants = [(n, v) for n, v in results["variants"].items() if v.get("runs")]
     if not variants:
         return None
-    fig, axes = plt.subplots(len(variants), 1, figsize=(10, 2.6 * len(variants)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(variants), 1, figsize=(12.5, 2.7 * len(variants)), sharex=True, squeeze=False)
     for ax, (name, v) in zip(axes[:, 0], variants):
         run = v["runs"][0]
         wl = run["workload"]
@@ -216,11 +216,14 @@ def plot(results: dict, path: Path) -> Path | None:
             label = "all-reduce iterations" if wl.get("kind") == "allreduce" else "iperf3 throughput"
             ax.plot(xs, [100 * y / base for y in ys], color="black", lw=1.8, label=f"{label} (% of baseline)")
         for sname, p in run["probes"].items():
-            if not p["series"]:
-                continue
             per_bin = p["requested_pps"]
-            xs, ys = _rebin([pt for pt in p["series"] if pt[0] < results["duration"] - 0.1], 0.1)
-            ax.plot(xs, [100 * y / per_bin for y in ys], lw=1, alpha=0.8, label=f"probe {sname} (% delivered)")
+            xs, ys = _rebin([pt for pt in p["series"] if pt[0] < results["duration"] - 0.1], BIN_S)
+            if not xs:  # nothing delivered: a flat line at 0, never left out of the picture
+                xs, ys = [0.0, results["duration"]], [0.0, 0.0]
+                label = f"probe {sname}: nothing delivered"
+            else:
+                label = f"probe {sname} (% delivered)"
+            ax.plot(xs, [100 * y / per_bin for y in ys], lw=1, alpha=0.8, label=label)
         for f in run["faults"]:
             a = f["applied_s"]
             b = f["reverted_s"] if f["reverted_s"] is not None else results["duration"]
@@ -228,16 +231,21 @@ def plot(results: dict, path: Path) -> Path | None:
             ax.text(a, 103, f["fault"], fontsize=7, color="tab:red", va="bottom")
         ax.set_ylim(-5, 125)
         ax.set_xlim(0, results["duration"])
-        ax.set_ylabel("%")
-        ax.set_title(f"{name}: {v.get('description', '')}"[:110], fontsize=9, loc="left")
+        ax.set_ylabel(f"% per {BIN_S * 1000:g} ms")
+        reps = len(v["runs"])
+        shown = f" (repetition 1 of {reps}; summary.txt has all {reps})" if reps > 1 else ""
+        ax.set_title(f"{name}: {v.get('description', '')}"[:100] + shown, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower left")
-    axes[-1, 0].set_xlabel("seconds since traffic start (shaded: fault active)")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # off the data
+    axes[-1, 0].set_xlabel(f"seconds since traffic start (bins of {BIN_S * 1000:g} ms; shaded: fault active)")
     fig.suptitle(f"hpnlab experiment {results['experiment']}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+BIN_S = 0.1  # the plot's bin width
 
 
 def _rebin(series: list, width: float) -> tuple[list[float], list[float]]:

@@ -108,6 +108,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.target == "c9s":
         kinds = sorted(f for f in files if f.startswith("c9s/"))
         print(f"  clabernetes: {', '.join(str(out / f) for f in kinds)}  (kubectl apply -f {out / 'c9s'})")
+    elif not (args.hosts or args.host_addrs):
+        clab = out / f"{topo.name}.clab.yml"
+        print(f"next: sudo containerlab deploy -t {clab} && sudo hpnlab attach {clab}   "
+              f"(or, without containerlab: sudo hpnlab up {args.spec or 'default'})")
     return 0
 
 
