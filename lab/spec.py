@@ -32,21 +32,25 @@ class _Strict(BaseModel):
 class Tier3(_Strict):
     """Optional core layer; cores are dual-plane like the aggs."""
 
-    cores_per_plane: int = Field(1, ge=1, le=64)
-    oversubscription: float = Field(15.0, ge=1.0, le=64.0)
+    cores_per_plane: int = Field(1, ge=1, le=64, description="cores in each plane")
+    oversubscription: float = Field(15.0, ge=1.0, le=64.0, description=(
+        "the paper's agg-to-core ratio (15:1), kept for reference only: the lab links every agg of a plane to "
+        "every core of that plane once, whatever this says"))
 
 
 class ASN(_Strict):
     """Leaves get unique ASNs; a plane's aggs (and cores) share one, as in the paper's eBGP design."""
 
-    tor_base: int = Field(65100, ge=1, le=4294967295)
-    agg_base: int = Field(65000, ge=1, le=4294967295)
-    core_base: int = Field(64900, ge=1, le=4294967295)
+    tor_base: int = Field(65100, ge=1, le=4294967295, description="the first ToR's ASN; each ToR gets the next one")
+    agg_base: int = Field(65000, ge=1, le=4294967295, description="plane 0's aggs (plane 1: agg_base + 1)")
+    core_base: int = Field(64900, ge=1, le=4294967295, description="plane 0's cores (plane 1: core_base + 1)")
 
 
 class Addressing(_Strict):
-    hosts: str = "10.0.0.0/16"
-    loopbacks: str = "10.255.0.0/16"
+    """Where the lab's addresses come from."""
+
+    hosts: str = Field("10.0.0.0/16", description="one /24 per dual-ToR set from this pool (gateway .1, hosts from .2)")
+    loopbacks: str = Field("10.255.0.0/16", description="router loopbacks (BGP router IDs)")
 
     @field_validator("hosts", "loopbacks")
     @classmethod
@@ -69,16 +73,20 @@ class Addressing(_Strict):
 
 
 class PortOffsets(_Strict):
-    a: int = 300
-    b: int = 600
+    """Added to a ToR's port number in the LACP port ID, so the two ToRs of a set never present the same one."""
+
+    a: int = Field(300, description="offset of the set's ToR a")
+    b: int = Field(600, description="offset of the set's ToR b")
 
 
 class LACP(_Strict):
-    system_mac: str = VIRTUAL_MAC
-    system_priority: int = Field(65535, ge=1, le=65535)
-    key: int = Field(1, ge=1, le=65535)
+    """What both ToRs of a set present to the host: one partner system, one key."""
+
+    system_mac: str = Field(VIRTUAL_MAC, description="the actor system both ToRs of a set send (the paper's virtual MAC)")
+    system_priority: int = Field(65535, ge=1, le=65535, description="LACP system priority")
+    key: int = Field(1, ge=1, le=65535, description="the operational key both ToRs send")
     port_offsets: PortOffsets = PortOffsets()
-    fast_rate: bool = True
+    fast_rate: bool = Field(True, description="LACPDUs every second, 3 s timeout (false: every 30 s, 90 s)")
 
     @field_validator("system_mac")
     @classmethod
@@ -104,8 +112,10 @@ class LACP(_Strict):
 
 
 class BGP(_Strict):
-    keepalive: int = Field(1, ge=1, le=60)
-    hold: int = Field(3, ge=3, le=180)
+    """eBGP timers on every session (unnumbered, one per fabric link)."""
+
+    keepalive: int = Field(1, ge=1, le=60, description="seconds between keepalives")
+    hold: int = Field(3, ge=3, le=180, description="seconds without a message before a session drops")
     update_delay: int = Field(0, ge=0, le=3600, description=(
         "seconds a starting bgpd waits for every peer's End-of-RIB before its first best-path run and "
         "updates (FRR update-delay; 0: off). A ToR with 60 uplinks then installs each route once with all "
@@ -120,9 +130,11 @@ class BGP(_Strict):
 
 
 class BFD(_Strict):
-    enabled: bool = True
-    interval_ms: int = Field(100, ge=10, le=60000)
-    multiplier: int = Field(3, ge=2, le=255)
+    """BFD on every BGP session (FRR bfdd)."""
+
+    enabled: bool = Field(True, description="run bfdd and tie every session to a BFD peer")
+    interval_ms: int = Field(100, ge=10, le=60000, description="transmit and receive interval")
+    multiplier: int = Field(3, ge=2, le=255, description="missed packets before the session is down")
 
 
 class HoldDown(_Strict):
@@ -130,7 +142,7 @@ class HoldDown(_Strict):
     Synchronization off) until its FIB has a route to every other dual-ToR set of its rail, at most
     ``max_s`` seconds (M-LAG "delay restore", BGP "update-delay" in spirit)."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="hold a (re)booting ToR's host ports out until it has routes")
     max_s: float = Field(30.0, gt=0, le=600, description="the longest a ToR may hold its host ports down")
 
 
@@ -138,18 +150,18 @@ class MicroBFD(_Strict):
     """RFC 7130 micro-BFD: one BFD session per member link of each host NIC's LAG (UDP 6784); a member
     whose session is down leaves the aggregate, on the host and on the ToR."""
 
-    enabled: bool = False
-    interval_ms: int = Field(100, ge=10, le=10000)
-    multiplier: int = Field(3, ge=2, le=255)
+    enabled: bool = Field(False, description="run micro-BFD on every host port and ToR host port")
+    interval_ms: int = Field(100, ge=10, le=10000, description="transmit and receive interval")
+    multiplier: int = Field(3, ge=2, le=255, description="missed packets before the member leaves the aggregate")
 
 
 class Mechanisms(_Strict):
     """Each switch turns one non-stacked dual-ToR mechanism off, for ablations."""
 
-    lacp: bool = True
-    arp_proxy: bool = True
-    host_routes: bool = True
-    arp_duplication: bool = True
+    lacp: bool = Field(True, description="LACP between hosts and ToRs (false: static ECMP over both ports)")
+    arp_proxy: bool = Field(True, description="the ToR answers every host ARP with its own MAC (no L2 flooding)")
+    host_routes: bool = Field(True, description="ARP-learned /32s advertised in BGP (false: only the set's /24)")
+    arp_duplication: bool = Field(True, description="every ARP a host sends leaves both its ports")
 
 
 class LinkClass(_Strict):
@@ -163,9 +175,9 @@ class Links(_Strict):
     """Link capacity per class, scaled down from the paper's 200 Gbit/s access and 400 Gbit/s fabric.
     A class left out is unshaped (a veth runs at whatever the CPU gives it: nothing ever queues)."""
 
-    access: LinkClass | None = None
-    uplink: LinkClass | None = None
-    core: LinkClass | None = None
+    access: LinkClass | None = Field(None, description="host-ToR links")
+    uplink: LinkClass | None = Field(None, description="ToR-agg links")
+    core: LinkClass | None = Field(None, description="agg-core links")
 
 
 class Hash(_Strict):
@@ -173,8 +185,8 @@ class Hash(_Strict):
     polarising case); ``per-switch``: a different seed per switch; a number: that seed on every switch.
     Hosts (NICs, not switch ASICs) always hash with their own seed."""
 
-    policy: Literal["l3", "l4"] = "l4"
-    seed: str | int = "shared"
+    policy: Literal["l3", "l4"] = Field("l4", description="l4: the 5-tuple; l3: source and destination address only")
+    seed: str | int = Field("shared", description="shared, per-switch, or a number 1..4294967295 (above)")
 
     @field_validator("seed", mode="before")
     @classmethod
@@ -187,14 +199,19 @@ class Hash(_Strict):
 
 
 class Spec(_Strict):
-    name: str  # required: it prefixes everything the lab creates, so it is never guessed
-    segments: int = Field(2, ge=1, le=64)
-    hosts_per_segment: int = Field(2, ge=1, le=128)
-    rails: int = Field(2, ge=1, le=8)
-    access: Literal["dual-tor", "single-tor", "stacked-dual-tor"] = "dual-tor"
-    tier2: Literal["dual-plane", "clos"] = "dual-plane"
-    aggs_per_plane: int = Field(2, ge=1, le=128)
-    tier3: Tier3 | None = None
+    """A lab: the fabric's sizes, its design choices, and the mechanisms' settings."""
+
+    # required: it prefixes everything the lab creates, so it is never guessed
+    name: str = Field(description="the lab's name: 1-10 lowercase letters and digits, prefixes everything it creates")
+    segments: int = Field(2, ge=1, le=64, description="segments (tier 1: the hosts under one group of dual-ToR sets)")
+    hosts_per_segment: int = Field(2, ge=1, le=128, description="hosts in each segment (the paper: 128)")
+    rails: int = Field(2, ge=1, le=8, description="NICs per host, each on its own rail of ToRs (the paper: 8)")
+    access: Literal["dual-tor", "single-tor", "stacked-dual-tor"] = Field("dual-tor", description=(
+        "dual-tor: HPN's non-stacked pair; single-tor: one ToR, one cable; stacked-dual-tor: the M-LAG baseline"))
+    tier2: Literal["dual-plane", "clos"] = Field("dual-plane", description=(
+        "dual-plane: ToR a to plane-0 aggs only, ToR b to plane 1; clos: every ToR to every agg"))
+    aggs_per_plane: int = Field(2, ge=1, le=128, description="aggs in each plane (the paper: 60)")
+    tier3: Tier3 | None = Field(None, description="an optional core layer, dual-plane like the aggs")
     asn: ASN = ASN()
     addressing: Addressing = Addressing()
     lacp: LACP = LACP()
@@ -205,7 +222,9 @@ class Spec(_Strict):
     hash: Hash = Hash()
     holddown: HoldDown = HoldDown()
     micro_bfd: MicroBFD = MicroBFD()
-    host_driver: Literal["auto", "userspace", "bond"] = "auto"
+    host_driver: Literal["auto", "userspace", "bond"] = Field("auto", description=(
+        "the hosts' NIC side: the kernel's 802.3ad bond (bond), hpnlab's userspace LACP agent (userspace), or "
+        "the bond where the kernel has bonding (auto)"))
 
     @field_validator("name")
     @classmethod

@@ -27,55 +27,65 @@ class _Strict(BaseModel):
 
 class Probe(_Strict):
     """Sequence-numbered UDP flows from one host to another on one rail."""
-    name: str
-    src: str
-    dst: str
-    rail: int = Field(0, ge=0)
+    name: str = Field(description="the stream's name in results.json and summary.txt")
+    src: str = Field(description="the sending host, e.g. s0h0")
+    dst: str = Field(description="the receiving host, e.g. s1h0")
+    rail: int = Field(0, ge=0, description="which NIC (rail) of the two hosts")
     flows: int = Field(16, ge=1, le=1024, description="5-tuples (source ports) so every ECMP path is covered")
     rate: float = Field(250.0, gt=0, le=20000, description="packets/s per flow")
-    size: int = Field(64, ge=24, le=1400)
+    size: int = Field(64, ge=24, le=1400, description="UDP payload bytes")
 
 
 class Workload(_Strict):
-    kind: Literal["none", "allreduce", "iperf3", "elephant"] = "none"
-    rail: int = Field(0, ge=0)
-    hosts: list[str] | None = None  # allreduce ring order (default: every host)
+    """The training-like traffic beside the probes."""
+
+    kind: Literal["none", "allreduce", "iperf3", "elephant"] = Field("none", description=(
+        "allreduce: a ring all-reduce; iperf3: one bulk transfer; elephant: flows between segments on a "
+        "path map (load-balance); none"))
+    rail: int = Field(0, ge=0, description="which rail the workload uses")
+    hosts: list[str] | None = Field(None, description="allreduce: the ring's order (default: every host)")
     size_kb: int = Field(1024, ge=1, le=1 << 20, description="allreduce: bytes per iteration; elephant: per flow")
-    connections: int = Field(4, ge=1, le=64)
+    connections: int = Field(4, ge=1, le=64, description="allreduce: connections per peer")
     # allreduce: one | least-loaded; elephant: hash (the hash places each flow) | disjoint (HPN's selection)
-    select: Literal["one", "least-loaded", "hash", "disjoint"] = "least-loaded"
-    src: str | None = None  # iperf3 client
-    dst: str | None = None  # iperf3 server
-    streams: int = Field(4, ge=1, le=64)
+    select: Literal["one", "least-loaded", "hash", "disjoint"] = Field("least-loaded", description=(
+        "allreduce: one connection, or the least-loaded of several (HPN App. B); elephant: hash (the switches' "
+        "hash places each flow) or disjoint (HPN's path selection)"))
+    src: str | None = Field(None, description="iperf3: the client host")
+    dst: str | None = Field(None, description="iperf3: the server host")
+    streams: int = Field(4, ge=1, le=64, description="iperf3: parallel streams")
     # elephant: every host sends flows_per_peer flows to every host of the other segments
-    flows_per_peer: int = Field(2, ge=1, le=64)
+    flows_per_peer: int = Field(2, ge=1, le=64, description="elephant: flows from every host to each host of the other segments")
     pool: int = Field(64, ge=2, le=1024, description="source ports probed per host pair for the path map")
     sets: int = Field(100, ge=1, le=100000, description="random flow sets laid onto the map")
     sample_ms: int = Field(100, ge=10, le=10000, description="port counter / queue sampling interval")
 
 
 class Variant(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
-    description: str = ""
-    spec: dict[str, Any] = {}
-    probes: list[Probe] | None = None
-    workload: Workload | None = None
-    faults: list[dict[str, Any]] | None = None
+    """One lab the experiment runs: the file's spec with these overrides; what it leaves out comes from the file."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$", description="the variant's name (results.json, --variants)")
+    description: str = Field("", description="one line for the summary and the plot")
+    spec: dict[str, Any] = Field({}, description="spec keys merged over the file's spec, e.g. {tier2: clos}")
+    probes: list[Probe] | None = Field(None, description="instead of the file's probes")
+    workload: Workload | None = Field(None, description="instead of the file's workload")
+    faults: list[dict[str, Any]] | None = Field(None, description="instead of the file's faults")
 
 
 class ExperimentFile(_Strict):
-    name: str
-    description: str = ""
-    spec: str | None = None
-    duration: float = Field(10.0, ge=2, le=600)
-    repetitions: int = Field(1, ge=1, le=50)
+    """An experiment: a base spec, variants of it, probes, a workload, a fault timeline."""
+
+    name: str = Field(description="the experiment's name")
+    description: str = Field("", description="one line for the summary")
+    spec: str | None = Field(None, description="the base lab spec: a path relative to this file, or an example's name")
+    duration: float = Field(10.0, ge=2, le=600, description="seconds of traffic per repetition")
+    repetitions: int = Field(1, ge=1, le=50, description="repetitions per variant (figures are median/max over them)")
     up_timeout: float = Field(120.0, ge=10, le=3600, description=(
         "seconds each variant's lab may take to come up healthy (the paper's segment needs ~2 minutes)"))
-    lab_prefix: str = Field("xp", pattern=r"^[a-z][a-z0-9]{0,6}$")
-    probes: list[Probe] = []
-    workload: Workload = Workload()
-    faults: list[dict[str, Any]] = []
-    variants: list[Variant] = [Variant(name="default")]
+    lab_prefix: str = Field("xp", pattern=r"^[a-z][a-z0-9]{0,6}$", description="variant i's lab is named <lab_prefix><i>")
+    probes: list[Probe] = Field([], description="probe streams (below)")
+    workload: Workload = Field(Workload(), description="the workload (below)")
+    faults: list[dict[str, Any]] = Field([], description="the fault timeline (below)")
+    variants: list[Variant] = Field([Variant(name="default")], description="the labs to run (below)")
 
 
 class Plan:
