@@ -3,6 +3,7 @@
     docs/spec.md             every spec key (the pydantic models of hpnlab.spec)
     docs/experiment-file.md  every experiment-file key (hpnlab.traffic.experiment) and the fault kinds
     docs/cli.md              every command's --help
+    docs/fabric.svg          the default lab's picture
 
 ``python -m hpnlab.docgen DIR`` writes them; tests/test_docs.py fails when a page in docs/ differs from
 what this module writes (regenerate after changing a model or a command).
@@ -154,7 +155,15 @@ def cli_page() -> str:
     return HEADER + "\n".join(parts)
 
 
-PAGES = {"spec.md": spec_page, "experiment-file.md": experiment_page, "cli.md": cli_page}
+def fabric_picture() -> str:
+    """docs/fabric.svg: the default lab as `hpnlab generate` draws it."""
+    from hpnlab import render, spec, topology
+
+    return render.render(topology.build(spec.load_spec()))["fabric.svg"]
+
+
+PAGES = {"spec.md": spec_page, "experiment-file.md": experiment_page, "cli.md": cli_page,
+         "fabric.svg": fabric_picture}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -160,11 +160,19 @@ def _mm(d: dict | None, unit: str = "") -> str:
     return f"{d['median']:g}/{d['max']:g}{unit}"
 
 
+# summary.txt's columns and the results.json key (of variants.<v>.faults[]) each shows; docs/results.md
+# explains every one (tests/test_docs.py keeps the two in step).
+COLUMNS = [("variant", None), ("fault", "fault"), ("stream", "streams"), ("longest gap ms", "longest_gap_ms"),
+           ("lost", "lost_packets"), ("flows hit", "flows_affected"), ("black-holed", "blackholed_flows"),
+           ("converged ms", "converged_gap_ms"), ("routes ms", "routes_last_ms"),
+           ("lost >1s after", "lost_after_repair_1s"), ("recovered", "recovered"),
+           ("workload %", "workload.throughput_pct")]
+
+
 def summary_table(results: dict) -> str:
     lines = [f"experiment {results['experiment']}: {results['repetitions']} repetition(s) x "
              f"{results['duration']:g} s; figures are median/max over repetitions"]
-    hdr = ["variant", "fault", "stream", "longest gap ms", "lost", "flows hit", "black-holed", "converged ms",
-           "routes ms", "lost >1s after", "recovered", "workload %"]
+    hdr = [c for c, _key in COLUMNS]
     rows: list[list[str]] = []
     errors: list[str] = []
     for vname, v in results["variants"].items():
