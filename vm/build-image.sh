@@ -17,7 +17,7 @@ mirror="${HPNLAB_VM_MIRROR:-http://deb.debian.org/debian}"
 suite=bookworm
 # What a lab needs (the same list ./bootstrap installs), what the guest's init uses, and the stock kernel.
 read -r -a lab_packages <<<"$("$here/bootstrap" packages)"
-extra=(kmod linux-image-amd64 initramfs-tools ca-certificates tar gzip xz-utils util-linux iproute2 less)
+extra=(kmod linux-image-amd64 initramfs-tools ca-certificates tar gzip xz-utils util-linux iproute2 less sudo)
 
 [ "$(id -u)" -eq 0 ] || { echo "build-image: needs root (debootstrap, chroot)" >&2; exit 2; }
 for t in debootstrap mkfs.ext4 chroot; do

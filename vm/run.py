@@ -54,18 +54,20 @@ STEPS: dict[str, tuple[int, str, str]] = {
                                             "and the agents' logs"),
     "doctor": (120, ".venv/bin/hpnlab doctor --json > $OUT/doctor.json; cat $OUT/doctor.json",
                "the kernel feature check, as JSON"),
-    "verify": (300, ".venv/bin/hpnlab verify --json > $OUT/verify.json; rc=$?; "
+    "readme": (300, "sudo hpnlab status && sudo hpnlab exec s0h0 -- ping -c 3 -I 10.0.0.2 10.0.2.2",
+               "the README's next commands, through sudo's secure_path (the link ./bootstrap made)"),
+    "verify": (300, "sudo hpnlab verify --json > $OUT/verify.json; rc=$?; "
                     ".venv/bin/python -c \"import json,sys; c=json.load(open('$OUT/verify.json')); "
                     "print(sum(x['ok'] for x in c), 'of', len(c), 'checks ok')\"; exit $rc",
                "hpnlab verify on the lab 'up' left running"),
-    "down": (300, ".venv/bin/hpnlab down && .venv/bin/hpnlab down --lab hpn", "hpnlab down (twice: idempotent)"),
+    "down": (300, "sudo hpnlab down && sudo hpnlab down --lab hpn", "hpnlab down (twice: idempotent)"),
     "link-failure": (2400, ".venv/bin/hpnlab run experiments/host-drivers.yml -n 1 --out /tmp/lf && "
                            "cp /tmp/lf/summary.txt /tmp/lf/results.json $OUT/ && cat /tmp/lf/summary.txt",
                      "the access-link failure with the kernel bond and the userspace host agent, -n 1"),
     "kernel-tests": (2400, "./bootstrap test -m kernel -x -q -rP --junitxml=$OUT/kernel-tests.xml",
                      "the suite's kernel subset (pytest -m kernel)"),
 }
-DEFAULT_STEPS = ["up", "doctor", "verify", "down", "kernel-tests", "link-failure"]
+DEFAULT_STEPS = ["up", "doctor", "readme", "verify", "down", "kernel-tests", "link-failure"]
 KERNELS = {"stock": "6.1.", "backports": "6.12."}
 
 
