@@ -20,7 +20,6 @@ import copy
 import os
 import json
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,6 @@ from hpnlab.signals import shielded
 from hpnlab.spec import Spec, check_lab_name, load_spec_data, merge, parse_spec
 from hpnlab.traffic import faults as faultmod, measure
 
-PROBE_PORT_BASE = 9700
 
 
 @dataclass
@@ -112,8 +110,7 @@ class Probes:
     def __init__(self, lab: "Lab", src: str, dst: str, rail: int, flows: int, rate: float, size: int, index: int):
         self.lab, self.src, self.dst, self.rail, self.flows, self.rate, self.size = lab, src, dst, rail, flows, rate, size
         self.dir = lab.workdir / f"probes-{index}"
-        self.port = PROBE_PORT_BASE + index % 200
-        self.sport_base = 30000 + 100 * (index % 300)
+        self.index = index
         self.result: ProbeResult | None = None
         self._procs: list[subprocess.Popen] = []
 
@@ -121,13 +118,10 @@ class Probes:
         self.dir.mkdir(parents=True, exist_ok=True)
         src, dst = self.lab.host_ip(self.src, self.rail), self.lab.host_ip(self.dst, self.rail)
         start_at = time.time() + 0.5  # the receiver binds meanwhile
-        py = sys.executable
-        rx = [py, "-m", "hpnlab.node.probe", "recv", "--bind", dst, "--port", str(self.port), "--duration", "86400",
-              "--start-at", f"{start_at:.3f}", "--out", str(self.dir / "rx.json")]
-        tx = [py, "-m", "hpnlab.node.probe", "send", "--src", src, "--dst", dst, "--dport", str(self.port),
-              "--flows", str(self.flows), "--rate", f"{self.rate:g}", "--size", str(self.size),
-              "--sport-base", str(self.sport_base), "--duration", "86400", "--start-at", f"{start_at:.3f}",
-              "--out", str(self.dir / "tx.json")]
+        from hpnlab.traffic.workloads import probe  # the one place a probe's command line is built
+
+        rx, tx = probe.argv(self.index, src, dst, self.flows, self.rate, self.size, 86400, start_at,
+                            str(self.dir / "rx.json"), str(self.dir / "tx.json"))
         for node, argv in ((self.dst, rx), (self.src, tx)):
             full, report = self.lab.runtime.tool_argv(node, argv)  # remote channels: the report on stdout
             with open(self.dir / "probe.log", "a") as log, open(report or os.devnull, "w") as rep:

@@ -105,8 +105,9 @@ def test_cycle_detector_finds_a_planted_cycle():
 
 
 def is_cli(m: str) -> bool:
-    """The command line: hpnlab.cli, and hpnlab.entry (the executable's first, import-free code)."""
-    return m in ("hpnlab.cli", "hpnlab.entry") or m.startswith("hpnlab.cli.")
+    """The command line: hpnlab.cli, hpnlab.entry (the executable's first, import-free code) and
+    hpnlab.__main__ (python -m hpnlab); beside them hpnlab.docgen, which writes the CLI's reference."""
+    return m in ("hpnlab.cli", "hpnlab.entry", "hpnlab.__main__", "hpnlab.docgen") or m.startswith("hpnlab.cli.")
 
 
 def test_library_never_imports_the_cli():
@@ -147,3 +148,38 @@ def test_public_names_resolve_lazily():
                         "hpnlab.Lab; print(a, 'pydantic' in sys.modules)"], capture_output=True, text=True,
                        cwd="/", timeout=60)
     assert r.stdout.split() == ["False", "True"], r.stderr
+
+
+def test_fault_kinds_stand_below_the_runner_report_and_cli():
+    """A fault kind is a small class in its own file: it may use the runtime and the lab's configs, never
+    the experiment runner, the report or the command line."""
+    g = graph()
+    kinds = [m for m in g if m.startswith("hpnlab.traffic.faults")]
+    assert len(kinds) >= 11  # base + one file per kind
+    for m in kinds:
+        bad = sorted(d for d in g[m] if d in ("hpnlab.traffic.runner", "hpnlab.traffic.report") or is_cli(d))
+        assert bad == [], (m, bad)
+
+
+def test_adding_a_fault_kind_is_one_file(tmp_path):
+    """A kind registered from a file of its own is parsed, listed, applied and reverted like the shipped ones."""
+    code = (
+        "from hpnlab.traffic import faults\n"
+        "from hpnlab.traffic.faults.base import FaultKind, register\n"
+        "@register\n"
+        "class Nop(FaultKind):\n"
+        "    kind = 'nop'\n"
+        "    help = 'does nothing'\n"
+        "    def apply(self, inj, f):\n"
+        "        inj.applied = f.label\n"
+        "f = faults.parse({'kind': 'nop', 'node': 'x'}, 'fault')\n"
+        "class RT:\n"
+        "    class state:\n"
+        "        class data:\n"
+        "            faults = []\n"
+        "        save = staticmethod(lambda: None)\n"
+        "inj = faults.Injector(RT, {})\n"
+        "inj.apply(f); inj.revert(f)\n"
+        "print(inj.applied, 'nop' in faults.kinds(), inj.active)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["nop", "x", "True", "[]"], r.stderr[-1500:]

@@ -139,7 +139,7 @@ def test_bad_experiment_files_are_one_line(tmp_path, doc, needle):
 
 @pytest.mark.parametrize("args,needle", [
     (["-n", "0"], "--repetitions 0"), (["-n", "-1"], "--repetitions -1"), (["--duration", "-5"], "--duration -5"),
-    (["--duration", "nan"], "--duration nan"), (["--runtime", "bogus"], "--runtime 'bogus'"),
+    (["--duration", "nan"], "--duration nan"), (["--runtime", "bogus"], "argument --runtime: invalid choice: 'bogus'"),
 ])
 def test_run_overrides_are_checked_before_anything_is_created(tmp_path, args, needle):
     one_line(cli("run", "link-failure", "--out", str(tmp_path / "o"), *args), needle)

@@ -197,7 +197,7 @@ def test_launch_plan_puts_every_process_in_the_right_node(tmp_path):
 
 # --- faults ---------------------------------------------------------------------------------------------------
 def test_fault_nft_ruleset_is_valid_nft_syntax():
-    text = faults._nft_rules("hpnlab_fault_1_1", [("r0p0", "egress", ""), ("r0p1", "ingress", "ether type 0x8809")])
+    text = faults.nft_rules("hpnlab_fault_1_1", [("r0p0", "egress", ""), ("r0p1", "ingress", "ether type 0x8809")])
     assert 'hook egress device "r0p0"' in text and "ether type 0x8809 drop" in text
     r = subprocess.run(["nft", "--check", "-f", "-"], input=text, capture_output=True, text=True)
     if r.returncode and "No such file or directory" in r.stderr:

@@ -25,6 +25,7 @@ from hpnlab.verify import complete
 from hpnlab.traffic import faults as faultmod
 from hpnlab.traffic import measure, routemon
 from hpnlab.traffic.experiment import Experiment, Plan
+from hpnlab.traffic.workloads import probe
 
 START_SLACK = 2.0  # seconds between launching the processes and t0 (all-reduce ring connects meanwhile)
 
@@ -69,17 +70,11 @@ def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[d
     py = sys.executable
     procs = []
     for i, pr in enumerate(plan.probes):
-        src, dst = plan.host_ip(pr.src, pr.rail), plan.host_ip(pr.dst, pr.rail)
-        port = 9000 + i
-        procs.append({"role": "receiver", "probe": pr.name, "node": pr.dst, "out": str(run_dir / f"probe-{i}.rx.json"),
-                      "argv": [py, "-m", "hpnlab.node.probe", "recv", "--bind", dst, "--port", str(port),
-                               "--duration", f"{duration + 1.5:g}", "--start-at", f"{t0:.3f}",
-                               "--out", str(run_dir / f"probe-{i}.rx.json")]})
-        procs.append({"role": "sender", "probe": pr.name, "node": pr.src, "out": str(run_dir / f"probe-{i}.tx.json"),
-                      "argv": [py, "-m", "hpnlab.node.probe", "send", "--src", src, "--dst", dst, "--dport", str(port),
-                               "--flows", str(pr.flows), "--rate", f"{pr.rate:g}", "--size", str(pr.size),
-                               "--sport-base", str(20000 + 1000 * i), "--duration", f"{duration:g}",
-                               "--start-at", f"{t0:.3f}", "--out", str(run_dir / f"probe-{i}.tx.json")]})
+        rx_out, tx_out = str(run_dir / f"probe-{i}.rx.json"), str(run_dir / f"probe-{i}.tx.json")
+        rx, tx = probe.argv(i, plan.host_ip(pr.src, pr.rail), plan.host_ip(pr.dst, pr.rail), pr.flows, pr.rate,
+                            pr.size, duration, t0, rx_out, tx_out)
+        procs.append({"role": "receiver", "probe": pr.name, "node": pr.dst, "out": rx_out, "argv": rx})
+        procs.append({"role": "sender", "probe": pr.name, "node": pr.src, "out": tx_out, "argv": tx})
     w = plan.workload
     if w.kind == "allreduce":
         ring = plan.ring()

@@ -53,6 +53,13 @@ class Formatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+class Parser(argparse.ArgumentParser):
+    """A usage mistake is one line, like every other user error: what is wrong, and where help is."""
+
+    def error(self, message: str):
+        self.exit(2, f"hpnlab: error: {message} (see '{self.prog} --help')\n")
+
+
 def apply_formatter(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = Formatter
     for a in parser._actions:
@@ -139,7 +146,7 @@ def cmd_calc(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="hpnlab",
         description="Packet-level testbed for Alibaba HPN's non-stacked dual-ToR, dual-plane AI training fabric.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,0 +1,241 @@
+"""What every fault kind shares: the parsed fault, the registry of kinds, the injector that applies and
+reverts them, and the undo of a recorded fault (also after a crash). Each kind is one class in a file
+of its own in this package, registered with ``@register``: a new fault kind is one file.
+
+Faults act only through the runtime's node namespaces (so they work on every runtime) and are always
+reverted: at the end of a run, on Ctrl-C or error, or by ``hpnlab fail --clear``. Each applied fault is
+recorded in the lab's state.json before it takes effect, with what is needed to undo it (nft table
+names, stopped PIDs), so a crashed controller can still be cleaned up.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+
+from hpnlab.errors import SpecError
+from hpnlab.models import FaultRecord
+from hpnlab.proc import cmdline
+from hpnlab.runtime.base import Runtime
+
+TABLE_PREFIX = "hpnlab_fault"
+
+
+class FaultKind:
+    """One kind of fault. A subclass sets ``kind`` and ``help``, and overrides what differs: ``check``
+    (what the kind needs of its node, beyond the common checks), ``prepare`` (the undo recipe, recorded
+    before the fault acts), ``apply``, and ``revert`` (what the recorded undo recipe does not already
+    cover: nftables tables and stopped processes are undone for every kind)."""
+
+    kind = ""
+    help = ""
+    needs_iface = False  # a link fault: names the interface(s)
+    instant = False  # nothing to revert (e.g. arp-flush)
+
+    def check(self, f: "Fault", where: str, cfgs: dict[str, dict]) -> None:
+        pass
+
+    def prepare(self, inj: "Injector", f: "Fault", fid: str) -> None:
+        pass
+
+    def apply(self, inj: "Injector", f: "Fault") -> None:
+        raise NotImplementedError
+
+    def revert(self, rt: Runtime, d: dict, cfgs: dict[str, dict]) -> None:
+        pass
+
+
+REGISTRY: dict[str, FaultKind] = {}
+
+
+def register(cls: type[FaultKind]) -> type[FaultKind]:
+    REGISTRY[cls.kind] = cls()
+    return cls
+
+
+def get(kind: str) -> FaultKind:
+    return REGISTRY[kind]
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def kinds() -> dict[str, str]:
+    """kind -> what it does (``hpnlab fail --list``, the docs, ``Lab.faults``)."""
+    return {k: v.help for k, v in REGISTRY.items()}
+
+
+@dataclass
+class Fault:
+    kind: str
+    node: str
+    iface: str | None = None  # several, comma-separated: one cable carrying both ports (single-ToR)
+    at: float = 0.0  # seconds into the run
+    until: float | None = None  # seconds into the run when it is reverted (None: end of run)
+    period: float = 1.0  # link-flap
+    count: int = 3  # link-flap
+    undo: dict = field(default_factory=dict)
+
+    @property
+    def ifaces(self) -> list[str]:
+        return self.iface.split(",") if self.iface else []
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.node}" + (f":{self.iface}" if self.iface else "")
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "node": self.node, "iface": self.iface, "at": self.at, "until": self.until,
+                "period": self.period, "count": self.count, "undo": self.undo}
+
+
+def parse(d: dict, where: str, cfgs: dict[str, dict] | None = None) -> Fault:
+    """One fault from YAML/CLI; errors name the field and the fix."""
+    if not isinstance(d, dict):
+        raise SpecError(f"{where}: must be a mapping like {{kind: link-down, node: s0h0, iface: r0p0, at: 2}}")
+    known = {"kind", "node", "iface", "at", "until", "period", "count"}
+    extra = set(d) - known
+    if extra:
+        raise SpecError(f"{where}.{sorted(extra)[0]}: unknown field; use {', '.join(sorted(known))}")
+    kind = d.get("kind")
+    if kind not in REGISTRY:
+        raise SpecError(f"{where}.kind: '{kind}' is not a fault; choose one of {', '.join(REGISTRY)}")
+    node = d.get("node")
+    if not isinstance(node, str):
+        raise SpecError(f"{where}.node: give the node name, e.g. s0h0 or s0r0a")
+    iface = d.get("iface")
+    if isinstance(iface, list):
+        iface = ",".join(map(str, iface))
+    try:
+        f = Fault(kind, node, iface, float(d.get("at", 0)),
+                  None if d.get("until") is None else float(d["until"]), float(d.get("period", 1.0)),
+                  int(d.get("count", 3)))
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: at/until/period must be numbers (seconds) and count an integer") from None
+    if REGISTRY[kind].needs_iface and not f.iface:
+        raise SpecError(f"{where}.iface: '{kind}' needs the interface, e.g. iface: r0p0")
+    if f.until is not None and f.until <= f.at:
+        raise SpecError(f"{where}.until: must be later than at ({f.at:g})")
+    if not all(math.isfinite(x) for x in (f.at, f.period, f.until or 0.0)):
+        raise SpecError(f"{where}: at/until/period must be finite numbers of seconds")
+    if f.at < 0 or f.period <= 0 or f.count < 1:
+        raise SpecError(f"{where}: at must be >= 0, period > 0 and count >= 1")
+    if cfgs is not None:
+        if node not in cfgs:
+            raise SpecError(f"{where}.node: '{node}' is not in the lab; nodes: {', '.join(sorted(cfgs))}")
+        ifaces = [i["name"] for i in cfgs[node]["interfaces"]]
+        for ifc in f.ifaces:
+            if ifc not in ifaces:
+                raise SpecError(f"{where}.iface: '{ifc}' is not an interface of {node}; it has {', '.join(ifaces)}")
+        REGISTRY[kind].check(f, where, cfgs)
+    return f
+
+
+def nft_table(fault_id: str) -> str:
+    return f"{TABLE_PREFIX}_{fault_id}"
+
+
+def nft_rules(table: str, chains: list[tuple[str, str, str]]) -> str:
+    """chains: (iface, hook, match) -> a netdev table dropping what matches."""
+    lines = [f"table netdev {table} {{"]
+    for i, (ifc, hook, match) in enumerate(chains):
+        lines += [f"  chain c{i} {{", f"    type filter hook {hook} device \"{ifc}\" priority -500; policy accept;",
+                  f"    {match} drop", "  }"]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def node_pids(rt: Runtime, node: str) -> list[int]:
+    return [p for p in rt.netns_pids(node) if p != os.getpid()]
+
+
+class Injector:
+    """Applies faults to one lab and remembers how to undo each; ``revert_all`` is idempotent."""
+
+    def __init__(self, rt: Runtime, cfgs: dict[str, dict]):
+        self.rt = rt
+        self.cfgs = cfgs
+        self.active: list[Fault] = []
+        self._threads: dict[int, tuple[threading.Thread, threading.Event]] = {}  # id(fault) -> flapper
+        self._n = 0
+        self.exclude: set[int] = set()  # our own measurement processes (route monitors) keep running
+
+    # --- bookkeeping in state.json ---------------------------------------------------------------------
+    def _record(self) -> None:
+        self.rt.state.data.faults = [FaultRecord(**f.to_dict()) for f in self.active]
+        self.rt.state.save()
+
+    def ifaces(self, node: str) -> list[str]:
+        return [i["name"] for i in self.cfgs[node]["interfaces"]]
+
+    def link(self, node: str, iface: str, state: str) -> None:
+        self.rt.run(node, ["ip", "link", "set", iface, state], what=f"{node}: {iface} {state}")
+
+    # --- apply / revert ----------------------------------------------------------------------------------
+    def apply(self, f: Fault) -> None:
+        self._n += 1
+        kind = REGISTRY[f.kind]
+        self.active.append(f)
+        kind.prepare(self, f, f"{os.getpid()}_{self._n}")
+        self._record()  # before it takes effect: a crash here still leaves the undo recipe
+        kind.apply(self, f)
+
+    def nft(self, node: str, rules: str, what: str) -> None:
+        self.rt.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: {what}")
+
+    def start_thread(self, f: Fault, target) -> None:
+        """A fault that keeps acting (link-flap): ``target(stop_event)`` on a thread, stopped by revert."""
+        stop = threading.Event()
+        t = threading.Thread(target=target, args=(stop,), daemon=True)
+        self._threads[id(f)] = (t, stop)
+        t.start()
+
+    def revert(self, f: Fault) -> None:
+        flapper = self._threads.pop(id(f), None)  # only this fault's thread: others keep flapping
+        if flapper:
+            flapper[1].set()
+            flapper[0].join(timeout=5)
+        revert_recorded(self.rt, f.to_dict(), self.cfgs)
+        if f in self.active:
+            self.active.remove(f)
+        self._record()
+
+    def revert_all(self) -> None:
+        for f in list(reversed(self.active)):
+            self.revert(f)
+
+
+def send_signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def revert_recorded(rt: Runtime, d: dict, cfgs: dict[str, dict]) -> None:
+    """Undo one recorded fault; safe to repeat (used after a crash too)."""
+    node, undo = d["node"], d.get("undo", {})
+    if d["kind"] in REGISTRY:
+        REGISTRY[d["kind"]].revert(rt, d, cfgs)
+    if undo.get("nft"):
+        rt.run(node, ["nft", "delete", "table", "netdev", undo["nft"]], check=False)
+    if undo.get("nft_inet"):
+        rt.run(node, ["nft", "delete", "table", "inet", undo["nft_inet"]], check=False)
+    for pid in undo.get("stopped", []):
+        if cmdline(pid):  # still there: let it run again
+            send_signal(pid, signal.SIGCONT)
+
+
+def revert_state(rt: Runtime, cfgs: dict[str, dict]) -> int:
+    """Undo every fault recorded in state.json (``hpnlab fail --clear``, or after a crashed run)."""
+    recorded = [f.model_dump() for f in rt.state.data.faults]
+    for d in reversed(recorded):
+        revert_recorded(rt, d, cfgs)
+    rt.state.data.faults = []
+    rt.state.save()
+    return len(recorded)
+
