@@ -155,15 +155,7 @@ def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress
     try:
         rt.state.save()
         files = render.render(topo)
-        if runtime == "c9s":  # the clabernetes objects kubectl applies
-            from hpnlab import c9s
-
-            from hpnlab.runtime.c9s import api_group
-
-            rt.state.data.k8s_api = api_group()
-            rt.state.save()
-            files.update(c9s.export(files, topo, api=rt.state.data.k8s_api, namespace=rt.state.data.k8s_namespace,
-                                    registry=os.environ.get("HPNLAB_C9S_REGISTRY") or None))
+        files.update(rt.extra_files(files, topo))  # what this runtime deploys beside the lab's files
         render.write(files, rt.config_dir)
         progress(f"lab '{lab}': {topology.summary(topo)['links']} links, rendered to {rt.config_dir}")
         rt.deploy(progress)

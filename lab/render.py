@@ -12,6 +12,7 @@ from pathlib import Path
 import jinja2
 
 from hpnlab import __version__, capacity, frr
+from hpnlab.containers import IMAGES
 from hpnlab.errors import SpecError
 from hpnlab.node import plan
 from hpnlab.paths import data_dir
@@ -21,7 +22,6 @@ from hpnlab.topology import IFNAMSIZ, Link, Node, Topology, check_interface_name
 TEMPLATES = data_dir("templates")
 HOST_ROUTE_TABLE = 10
 STACK_TIMEOUT_MS = 1000  # a stacked pair declares sync (peer link) or heartbeat (out-of-band) lost after this
-IMAGES = {"router": f"hpnlab/router:{__version__}", "host": f"hpnlab/host:{__version__}"}
 ROUTER_SYSCTLS = {
     "net.ipv4.ip_forward": 1,
     "net.ipv6.conf.all.forwarding": 1,

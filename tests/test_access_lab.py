@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.test_lab_netns import owned_lab
+from tests.lib.labs import owned_lab
 
 LAB = "acc"
 pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name=LAB, overrides={

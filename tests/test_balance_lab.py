@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.test_lab_netns import hpnlab, owned_lab
+from tests.lib.labs import hpnlab, owned_lab
 
 LAB = "bal"
 pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="load-balance", name=LAB)]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.test_lab_netns import _need_lab_machine
+from tests.lib.labs import _need_lab_machine
 
 NS = "hpnbootrace-n1"
 STEP = 0.6  # seconds between containerlab's steps: the window a boot that looks only for the name falls into

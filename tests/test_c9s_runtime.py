@@ -13,7 +13,7 @@ import pytest
 
 from hpnlab.runtime.channel import DockerChannel, KubectlChannel, NetnsChannel
 from tests.conftest import ROOT
-from tests.test_lab_netns import nsexec, owned_lab
+from tests.lib.labs import nsexec, owned_lab
 
 LAB = "kub"
 pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name=LAB)]

@@ -10,7 +10,7 @@ import yaml
 
 from hpnlab.cli import main
 from tests.conftest import ROOT
-from tests.test_spec import BAD
+from tests.lib.specs import BAD
 
 
 def test_generate_default(tmp_path, capsys):

@@ -92,7 +92,7 @@ def test_pretending_an_unknown_feature_is_missing_is_one_line(monkeypatch):
 
 # --- as root: the lab as on a kernel without the hash seed ---------------------------------------------------
 def _need_root():
-    from tests.test_lab_netns import _need_lab_machine
+    from tests.lib.labs import _need_lab_machine
 
     _need_lab_machine()
 
@@ -122,7 +122,7 @@ def test_doctor_reports_every_feature_and_exits_by_the_spec(tmp_path):
 def test_a_lab_on_a_kernel_without_the_hash_seed_runs_with_a_note_and_per_switch_is_refused(tmp_path):
     """Debian 12's and Ubuntu 24.04's kernels: up used to roll back on the missing sysctl."""
     _need_root()
-    from tests.test_lab_netns import leftovers
+    from tests.lib.labs import leftovers
 
     lacks = {"HPNLAB_KERNEL_LACKS": "hash-seed"}
     per_switch = tmp_path / "ps.yml"

@@ -10,7 +10,7 @@ import pytest
 
 from hpnlab import kernel
 from hpnlab.nodesetup import parse_bonding
-from tests.test_lab_netns import owned_lab
+from tests.lib.labs import owned_lab
 
 LAB = "kb"
 VMAC = "00:00:5e:00:01:01"

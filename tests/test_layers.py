@@ -183,3 +183,15 @@ def test_adding_a_fault_kind_is_one_file(tmp_path):
         "print(inj.applied, 'nop' in faults.kinds(), inj.active)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.split() == ["nop", "x", "True", "[]"], r.stderr[-1500:]
+
+
+def test_no_test_module_is_imported_as_a_library():
+    """Shared helpers live in tests/lib/; a test module importing another runs that module's tests' setup
+    and ties them together."""
+    bad = []
+    for p in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_"):
+                bad.append(f"{p.name} imports {node.module}")
+    assert bad == []

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpnlab.proc import pid_alive
-from tests.test_lab_netns import hpnlab, leftovers
+from tests.lib.labs import hpnlab, leftovers
 
 pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name="rel",
                                                    overrides={"segments": 1, "rails": 1, "aggs_per_plane": 1})]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_lab_netns import HPN, _need_lab_machine, hpnlab, leftovers
+from tests.lib.labs import HPN, _need_lab_machine, hpnlab, leftovers
 
 pytestmark = pytest.mark.root
 SMALL = "segments: 1\nhosts_per_segment: 2\nrails: 1\naggs_per_plane: 1\n"

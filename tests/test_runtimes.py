@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_lab_netns import _need_lab_machine, leftovers, poll
+from tests.lib.labs import _need_lab_machine, leftovers, poll
 
 pytestmark = pytest.mark.root
 RUNTIMES = [r for r in os.environ.get("HPNLAB_TEST_RUNTIME", "netns,clab,docker").split(",") if r]

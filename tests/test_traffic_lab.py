@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_lab_netns import VMAC, _need_lab_machine, hpnlab, leftovers, nsexec, poll
+from tests.lib.labs import VMAC, _need_lab_machine, hpnlab, leftovers, nsexec, poll
 
 LAB = "tr"
 # The lab comes from hpnlab's own pytest plugin (the hpnlab_lab fixture), as users' tests get theirs.

@@ -13,7 +13,7 @@ import pytest
 from hpnlab import frr
 from hpnlab.proc import is_node_process, processes
 from tests.conftest import ROOT
-from tests.test_lab_netns import _need_lab_machine
+from tests.lib.labs import _need_lab_machine
 
 pytestmark = pytest.mark.root
 

@@ -7,7 +7,7 @@ import sys
 
 from hpnlab import containers
 from hpnlab.orchestrate import Progress
-from hpnlab.render import IMAGES
+from hpnlab.containers import IMAGES
 
 
 def cmd(args) -> int:

@@ -204,6 +204,10 @@ class Runtime:
     def shell_argv(self, node: str, shell: str) -> list[str]:
         return self.exec_argv(node, [shell])
 
+    def extra_files(self, files: dict[str, str], topo) -> dict[str, str]:
+        """Files this runtime needs beside the rendered lab (e.g. clabernetes objects), written with them."""
+        return {}
+
     def inspect(self) -> dict[str, dict] | None:
         """node -> {"state", ...} as the container engine reports it; None where nodes are not containers."""
         return None

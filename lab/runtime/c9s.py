@@ -99,6 +99,15 @@ class C9sRuntime(Runtime):
         return [KUBECTL] + (["--context", ch.context] if ch.context else []) + \
             (["-n", ch.namespace] if ch.namespace else [])
 
+    def extra_files(self, files: dict[str, str], topo) -> dict[str, str]:
+        """The clabernetes objects kubectl applies, for the API group HPNLAB_C9S_API names."""
+        from hpnlab import c9s
+
+        self.state.data.k8s_api = api_group()
+        self.state.save()
+        return c9s.export(files, topo, api=self.state.data.k8s_api, namespace=self.state.data.k8s_namespace,
+                          registry=os.environ.get("HPNLAB_C9S_REGISTRY") or None)
+
     @property
     def objects_dir(self) -> Path:
         return self.config_dir / "c9s"
