@@ -80,9 +80,12 @@ def default_text(field) -> str:
     return f"`{d}`"
 
 
-def model_sections(model: type[BaseModel], prefix: str = "", seen: set | None = None) -> list[str]:
-    """A section per model: its docstring and a table of its keys; nested models after it."""
+def model_sections(model: type[BaseModel], prefix: str = "", seen: set | None = None,
+                   documented: dict | None = None) -> list[str]:
+    """A section per model: its docstring and a table of its keys; nested models after it (a model
+    met again points to where it was documented first)."""
     seen = seen if seen is not None else set()
+    documented = documented if documented is not None else {}
     rows, nested = [], []
     for name, f in model.model_fields.items():
         key = f"{prefix}{name}"
@@ -90,16 +93,22 @@ def model_sections(model: type[BaseModel], prefix: str = "", seen: set | None = 
         meaning = f.description or (" ".join((subs[0].__doc__ or "").split()).split(". ")[0] if subs else "")
         rows.append(f"| `{key}` | {type_name(f.annotation)} | {default_text(f)} | "
                     f"{' '.join(filter(None, [meaning.replace('|', '/'), limits(f)]))} |")
+        listed = typing.get_origin(f.annotation) is list or any(
+            typing.get_origin(a) is list for a in typing.get_args(f.annotation))
         for sub in subs:
-            if (sub, key) not in seen:
-                seen.add((sub, key))
-                nested.append((key, sub))
+            nkey = f"{key}[]" if listed else key
+            if (sub, nkey) not in seen:
+                seen.add((sub, nkey))
+                nested.append((nkey, sub))
     title = f"`{prefix.rstrip('.')}`" if prefix else model.__name__
+    if model in documented:  # documented once: later places point to it
+        return [f"### {title}\n", f"The same keys as `{documented[model]}`.\n"]
+    documented[model] = prefix.rstrip(".") or model.__name__
     doc = " ".join((model.__doc__ or "").split())
     out = [f"### {title}\n", f"{doc}\n" if doc else "", "| key | type | default | meaning |", "|---|---|---|---|",
            *rows, ""]
     for key, sub in nested:
-        out += model_sections(sub, f"{key}.", seen)
+        out += model_sections(sub, f"{key}.", seen, documented)
     return out
 
 
@@ -115,7 +124,7 @@ def spec_page() -> str:
 
 def experiment_page() -> str:
     from hpnlab.traffic import faults
-    from hpnlab.traffic.experiment import ExperimentFile, Probe, Variant, Workload
+    from hpnlab.traffic.experiment import ExperimentFile
 
     intro = ("# Experiment file reference\n\nAn experiment file (`experiments/*.yml`) runs each variant's lab, "
              "sends the probes and the workload, applies the fault timeline, and repeats; `hpnlab run FILE --out "
@@ -123,8 +132,6 @@ def experiment_page() -> str:
              "is validated before a lab comes up, including that every fault and probe names a real node and "
              "interface of its variant's lab.\n\n")
     parts = model_sections(ExperimentFile)
-    for m, key in ((Variant, "variants[]."), (Probe, "probes[]."), (Workload, "workload.")):
-        parts += model_sections(m, key)
     kinds = ["### Faults\n", "Each entry of `faults:` (and of a variant's) is a mapping: `kind`, `node`, `iface` "
              "(link faults; a list for a multi-port cable), `at` (seconds into the run), `until` (seconds; "
              "default: the end of the run), and for `link-flap` `period` (seconds, default 1) and `count` "

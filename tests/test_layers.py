@@ -195,3 +195,21 @@ def test_no_test_module_is_imported_as_a_library():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_"):
                 bad.append(f"{p.name} imports {node.module}")
     assert bad == []
+
+
+def test_workloads_stand_below_the_runner_report_and_cli_and_alone_name_node_programs():
+    """A workload kind is a class in its own file; it never imports the experiment runner, the report or
+    the command line, and the traffic programs it runs in the nodes are named only there (the probe
+    tools of `hpnlab probe` are tools, not workloads: hpnlab.traffic.nodetools)."""
+    import re
+
+    g = graph()
+    kinds = [m for m in g if m.startswith("hpnlab.traffic.workloads")]
+    assert len(kinds) >= 6  # base, probe and one file per kind
+    for m in kinds:
+        bad = sorted(d for d in g[m] if d in ("hpnlab.traffic.runner", "hpnlab.traffic.report") or is_cli(d))
+        assert bad == [], (m, bad)
+    programs = re.compile(r'"hpnlab\\.node\\.(probe|allreduce|elephant|linkstats)"')
+    for m, path in modules().items():
+        if programs.search(path.read_text()):
+            assert m.startswith("hpnlab.traffic.workloads"), f"{m} builds a workload's command line"

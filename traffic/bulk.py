@@ -11,45 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 from hpnlab.traffic import balance
 
 PORT = 5300
-
-
-def launch(plan, run_dir: Path, t0: float, duration: float, flows: list[dict]) -> list[dict]:
-    """Process specs (as traffic.runner.launch_plan makes them) for one elephant repetition (pure)."""
-    py = sys.executable
-    w = plan.workload
-    cfgs = plan.cfgs
-    out = []
-    ip = {h: plan.host_ip(h, w.rail) for h in balance.hosts_of(cfgs)}
-    for h in balance.hosts_of(cfgs):
-        f = str(run_dir / f"elephant-rx-{h}.json")
-        out.append({"role": "elephant-rx", "node": h, "out": f,
-                    "argv": [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
-                             "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}", "--out", f]})
-    for h in balance.hosts_of(cfgs):
-        mine = [r for r in flows if r["src"] == h]
-        if not mine:
-            continue
-        f = str(run_dir / f"elephant-tx-{h}.json")
-        out.append({"role": "elephant-tx", "node": h, "out": f,
-                    "argv": [py, "-m", "hpnlab.node.elephant", "send", "--src", ip[h], "--port", str(PORT),
-                             "--flows", ",".join(f"{ip[r['dst']]}:{r['sport']}" for r in mine),
-                             "--size", str(w.size_kb * 1024), "--select", w.select,
-                             "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}", "--out", f]})
-    for n, c in sorted(cfgs.items()):
-        if c["role"] == "host":
-            continue
-        f = str(run_dir / f"linkstats-{n}.json")
-        out.append({"role": "linkstats", "node": n, "out": f,
-                    "argv": [py, "-m", "hpnlab.node.linkstats", "--ifaces", ",".join(i["name"] for i in c["interfaces"]),
-                             "--interval", f"{w.sample_ms / 1000:g}", "--duration", f"{duration + 0.5:g}",
-                             "--start-at", f"{t0:.3f}", "--out", f]})
-    return out
 
 
 def _ratio(a: float, b: float) -> float | None:

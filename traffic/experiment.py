@@ -9,12 +9,14 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hpnlab.errors import SpecError
 from hpnlab.paths import data_dir
 from hpnlab.spec import Spec, _field_path, merge, parse_spec, read_yaml
 from hpnlab.traffic import faults as faultmod
+from hpnlab.traffic import workloads
+from hpnlab.traffic.workloads.base import check_hosts
 
 EXPERIMENTS = data_dir("experiments")
 SETTLE = 2.0  # seconds from one fault's repair to the next fault (1 s to settle, 1 s to count what is lost)
@@ -39,9 +41,15 @@ class Probe(_Strict):
 class Workload(_Strict):
     """The training-like traffic beside the probes."""
 
-    kind: Literal["none", "allreduce", "iperf3", "elephant"] = Field("none", description=(
-        "allreduce: a ring all-reduce; iperf3: one bulk transfer; elephant: flows between segments on a "
-        "path map (load-balance); none"))
+    kind: str = Field("none", description="which workload: " + "; ".join(
+        f"{k}: {v.help}" for k, v in workloads.REGISTRY.items()))
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v not in workloads.REGISTRY:
+            raise ValueError(f"must be one of {', '.join(workloads.REGISTRY)}")
+        return v
     rail: int = Field(0, ge=0, description="which rail the workload uses")
     hosts: list[str] | None = Field(None, description="allreduce: the ring's order (default: every host)")
     size_kb: int = Field(1024, ge=1, le=1 << 20, description="allreduce: bytes per iteration; elephant: per flow")
@@ -121,17 +129,6 @@ def node_configs(spec: Spec) -> dict[str, dict]:
     return {p.split("/")[0]: json.loads(t) for p, t in files.items() if p.endswith("/node.json")}
 
 
-def _check_hosts(where: str, names: list[str | None], cfgs: dict[str, dict], rail: int) -> None:
-    hosts = sorted(n for n, c in cfgs.items() if c["role"] == "host")
-    for n in names:
-        if n is None:
-            continue
-        if n not in hosts:
-            raise SpecError(f"{where}: '{n}' is not a host of this lab; hosts: {', '.join(hosts)}")
-        if not any(nic["rail"] == rail for nic in cfgs[n]["nics"]):
-            raise SpecError(f"{where}.rail: host {n} has no rail {rail}")
-
-
 def find(name: str | Path) -> Path:
     """An experiment file: the path given, or the name of a shipped one (``link-failure``)."""
     path = Path(name)
@@ -197,27 +194,10 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         probes = v.probes if v.probes is not None else doc.probes
         workload = v.workload if v.workload is not None else doc.workload
         for j, pr in enumerate(probes):
-            _check_hosts(f"{where} probes.{j}", [pr.src, pr.dst], cfgs, pr.rail)
+            check_hosts(f"{where} probes.{j}", [pr.src, pr.dst], cfgs, pr.rail)
             if pr.src == pr.dst:
                 raise SpecError(f"{where} probes.{j}: src and dst are the same host")
-        if workload.kind == "allreduce":
-            _check_hosts(f"{where} workload.hosts", list(workload.hosts or []), cfgs, workload.rail)
-        if workload.kind == "elephant":
-            if workload.select not in ("hash", "disjoint"):
-                raise SpecError(f"{where} workload.select: elephant flows are placed by 'hash' or 'disjoint' "
-                                f"(got '{workload.select}')")
-            if workload.pool < workload.flows_per_peer:
-                raise SpecError(f"{where} workload.pool: probe at least flows_per_peer ({workload.flows_per_peer}) "
-                                f"source ports per pair")
-            if spec.segments < 2:
-                raise SpecError(f"{where} spec.segments: elephant flows cross segments; give segments >= 2")
-        elif workload.kind == "allreduce" and workload.select not in ("one", "least-loaded"):
-            raise SpecError(f"{where} workload.select: all-reduce sends on 'one' or 'least-loaded' connections "
-                            f"(got '{workload.select}')")
-        if workload.kind == "iperf3":
-            if not workload.src or not workload.dst:
-                raise SpecError(f"{where} workload: iperf3 needs src and dst hosts")
-            _check_hosts(f"{where} workload", [workload.src, workload.dst], cfgs, workload.rail)
+        workloads.get(workload.kind).check(workload, spec, cfgs, where)
         raw = v.faults if v.faults is not None else doc.faults
         fl = [faultmod.parse(d, f"{where} faults.{j}", cfgs) for j, d in enumerate(raw)]
         for j, f in enumerate(fl):

@@ -3,10 +3,9 @@ time, faults shaded, variants side by side)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from hpnlab.traffic import measure
+from hpnlab.traffic import measure, workloads
 from hpnlab.traffic.experiment import Plan
 
 METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows", "converged_gap_ms",
@@ -15,74 +14,19 @@ METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows
 
 # --- workload ------------------------------------------------------------------------------------------------
 def workload_of(plan: Plan, run_dir: Path) -> dict | None:
-    w = plan.workload
-    if w.kind == "allreduce":
-        reps = [json.loads(p.read_text()) for p in sorted(run_dir.glob("allreduce-*.json"))]
-        if not reps:
-            return None
-        r0 = min(reps, key=lambda r: r["rank"])
-        return {"kind": "allreduce", "select": w.select, "connections": r0["connections"], "ranks": r0["ranks"],
-                "bytes_per_iteration": r0["bytes_per_iteration"], "iterations": r0["iterations"],
-                "resent_segments": sum(r["resent_segments"] for r in reps),
-                "duplicate_segments": sum(r["duplicate_segments"] for r in reps)}
-    if w.kind == "elephant":
-        from hpnlab.traffic import bulk
-
-        return bulk.result(plan, run_dir)
-    if w.kind == "iperf3":
-        try:
-            j = json.loads((run_dir / "iperf3.json").read_text())
-        except (OSError, ValueError):
-            return {"kind": "iperf3", "error": "no iperf3 report"}
-        start = j.get("start", {}).get("timestamp", {}).get("timesecs", 0)
-        return {"kind": "iperf3", "start": start, "error": j.get("error"),
-                "intervals": [(start + iv["sum"]["start"], start + iv["sum"]["end"], iv["sum"]["bits_per_second"])
-                              for iv in j.get("intervals", [])],
-                "retransmits": j.get("end", {}).get("sum_sent", {}).get("retransmits")}
-    return None
+    return workloads.get(plan.workload.kind).result(plan, run_dir)
 
 
 def rate_series(w: dict | None, t0: float, bin_s: float = 0.25) -> list[tuple[float, float]]:
     """(seconds since t0, rate): iterations/s for all-reduce, Gbit/s for iperf3."""
-    if not w:
-        return []
-    if w["kind"] == "allreduce":
-        its = w["iterations"]
-        if not its:
-            return []
-        n = int((max(its) - t0) / bin_s) + 1
-        counts = [0] * max(n, 1)
-        for t in its:
-            k = int((t - t0) / bin_s)
-            if 0 <= k < len(counts):
-                counts[k] += 1
-        return [(round((k + 0.5) * bin_s, 3), c / bin_s) for k, c in enumerate(counts)]
-    return [(round(b - t0, 3), bps / 1e9) for _a, b, bps in w.get("intervals", [])]
+    return workloads.get(w["kind"]).rate_series(w, t0, bin_s) if w and w.get("kind") in workloads.REGISTRY else []
 
 
 def workload_window(w: dict | None, t0: float, base_end: float, start: float, end: float) -> dict:
-    """Throughput during a fault as % of the pre-fault baseline, and the longest halt."""
-    if not w:
+    """Throughput during a fault as % of the pre-fault baseline (the workload kind's own analysis)."""
+    if not w or w.get("kind") not in workloads.REGISTRY:
         return {}
-    if w["kind"] == "allreduce":
-        its = w["iterations"]
-        base = [t for t in its if t0 + 0.5 <= t < base_end]
-        base_rate = len(base) / max(1e-9, base_end - t0 - 0.5)
-        during = [t for t in its if start <= t < end]
-        rate = len(during) / max(1e-9, end - start)
-        marks = [start] + during + [end]
-        halt = max(b - a for a, b in zip(marks, marks[1:]))
-        return {"baseline_rate": round(base_rate, 2), "rate_during": round(rate, 2),
-                "throughput_pct": round(100 * rate / base_rate, 1) if base_rate else None,
-                "longest_halt_ms": round(halt * 1000, 1)}
-    iv = w.get("intervals", [])
-    base = [bps for a, b, bps in iv if a >= t0 + 0.5 and b <= base_end]
-    dur = [bps for a, b, bps in iv if a >= start and b <= end]
-    if not base or not dur:
-        return {}
-    b, d = sum(base) / len(base), sum(dur) / len(dur)
-    return {"baseline_gbps": round(b / 1e9, 3), "gbps_during": round(d / 1e9, 3),
-            "throughput_pct": round(100 * d / b, 1) if b else None}
+    return workloads.get(w["kind"]).window(w, t0, base_end, start, end)
 
 
 # --- one repetition ------------------------------------------------------------------------------------------

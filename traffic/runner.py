@@ -25,9 +25,10 @@ from hpnlab.verify import complete
 from hpnlab.traffic import faults as faultmod
 from hpnlab.traffic import measure, routemon
 from hpnlab.traffic.experiment import Experiment, Plan
+from hpnlab.traffic import workloads
 from hpnlab.traffic.workloads import probe
 
-START_SLACK = 2.0  # seconds between launching the processes and t0 (all-reduce ring connects meanwhile)
+from hpnlab.traffic.workloads.base import START_SLACK  # noqa: E402 (t0 is this long after launch)
 
 
 class Bar:
@@ -67,7 +68,6 @@ class Bar:
 
 def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[dict]:
     """Every process of one repetition as {node, argv, out, role} (pure: unit-tested without root)."""
-    py = sys.executable
     procs = []
     for i, pr in enumerate(plan.probes):
         rx_out, tx_out = str(run_dir / f"probe-{i}.rx.json"), str(run_dir / f"probe-{i}.tx.json")
@@ -75,28 +75,7 @@ def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[d
                             pr.size, duration, t0, rx_out, tx_out)
         procs.append({"role": "receiver", "probe": pr.name, "node": pr.dst, "out": rx_out, "argv": rx})
         procs.append({"role": "sender", "probe": pr.name, "node": pr.src, "out": tx_out, "argv": tx})
-    w = plan.workload
-    if w.kind == "allreduce":
-        ring = plan.ring()
-        addrs = ",".join(plan.host_ip(h, w.rail) for h in ring)
-        for rank, h in enumerate(ring):
-            out = str(run_dir / f"allreduce-{rank}.json")
-            procs.append({"role": "allreduce", "node": h, "out": out,
-                          "argv": [py, "-m", "hpnlab.node.allreduce", "--rank", str(rank), "--addrs", addrs,
-                                   "--size", str(w.size_kb * 1024), "--conns", str(w.connections),
-                                   "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
-                                   "--out", out]})
-    elif w.kind == "elephant":
-        from hpnlab.traffic import bulk
-
-        procs += bulk.launch(plan, run_dir, t0, duration, plan.flows)
-    elif w.kind == "iperf3":
-        src, dst = plan.host_ip(w.src, w.rail), plan.host_ip(w.dst, w.rail)
-        procs.append({"role": "iperf3-server", "node": w.dst, "out": str(run_dir / "iperf3-server.json"),
-                      "argv": ["iperf3", "-s", "-1", "-B", dst, "-p", "5201", "-J"]})
-        procs.append({"role": "iperf3", "node": w.src, "out": str(run_dir / "iperf3.json"), "delay": START_SLACK,
-                      "argv": ["iperf3", "-c", dst, "-B", src, "-p", "5201", "-t", f"{duration:g}", "-i", "0.1",
-                               "-P", str(w.streams), "-J"]})
+    procs += workloads.get(plan.workload.kind).launch(plan, run_dir, t0, duration)
     return procs
 
 
@@ -187,16 +166,7 @@ class Repetition:
         return {"t0": t0, "duration": self.duration, "timeline": self.timeline, "procs": plan}
 
     def _workload_done(self) -> bool:
-        """Elephant runs end when every sender has finished (its flows delivered), not at the duration:
-        the receivers and samplers are then told to stop and write their reports."""
-        tx = [p for spec, p in self.procs if spec["role"] == "elephant-tx"]
-        if not tx or any(p.poll() is None for p in tx):
-            return False
-        time.sleep(0.3)  # the samplers see the ports go idle
-        for spec, p in self.procs:
-            if spec["role"] in ("elephant-rx", "linkstats") and p.poll() is None:
-                p.terminate()
-        return True
+        return workloads.get(self.plan.workload.kind).done(self.procs)
 
     def _check_procs(self) -> None:
         for spec, p in self.procs:
@@ -334,8 +304,8 @@ def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: fl
             if not complete(checks):
                 bad = next(c for c in checks if not c["ok"])
                 raise RuntimeFailure(f"lab not healthy: {bad['name']}: {bad['detail']}")
-            if plan.workload.kind == "elephant":
-                v["balance"] = path_balance(rt, cfgs, plan, out / "raw" / plan.name, bar)
+            kind = workloads.get(plan.workload.kind)
+            v.update(kind.prepare_variant(rt, cfgs, plan, out / "raw" / plan.name, bar))
             for k in range(doc.repetitions):
                 label = f"{plan.name} {k + 1}/{doc.repetitions}"
                 if k:
@@ -344,8 +314,7 @@ def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: fl
                         bad = next(c for c in checks if not c["ok"])
                         raise RuntimeFailure(f"lab did not recover before repetition {k + 1}: {bad['detail']}")
                 run_dir = out / "raw" / plan.name / f"rep{k + 1}"
-                if plan.workload.kind == "elephant":
-                    choose_flows(plan, out / "raw" / plan.name, run_dir, k)
+                kind.prepare_repetition(plan, out / "raw" / plan.name, run_dir, k)
                 bar.phase(f"{label}: running {doc.duration:g} s, faults: "
                           f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
                 rep = Repetition(rt, plan, run_dir, doc.duration, bar, label).run()
@@ -360,54 +329,7 @@ def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: fl
                 bar.phase(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
                 rt.destroy(bar)
         v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
-        if plan.workload.kind == "elephant":
-            from hpnlab.traffic import bulk
-
-            v["bulk"] = bulk.aggregate(v["runs"])
-
-
-def path_balance(rt, cfgs: dict, plan: Plan, raw: Path, bar: Bar) -> dict:
-    """Probe the variant's path map once (the lab does not change between repetitions) and lay
-    ``sets`` random flow sets onto it, with each way of choosing source ports."""
-    from hpnlab.traffic import balance, bulk
-
-    w = plan.workload
-    bar.phase(f"{plan.name}: probing the path map ({w.pool} source ports per host pair, TCP dport {bulk.PORT})")
-    t = time.monotonic()
-    rows = balance.probe_map(rt, cfgs, w.rail, w.pool, bulk.PORT, "tcp")
-    raw.mkdir(parents=True, exist_ok=True)
-    (raw / "pathmap.json").write_text(json.dumps(rows))
-    res = {"probe_s": round(time.monotonic() - t, 2), **analyse_map(rows, plan)}
-    bar.phase(f"{plan.name}: {len(balance.complete(rows))}/{len(rows)} probes answered; downlink ratio "
-              f"(median/p90) hash {_fmt(res['hash']['downlink_ratio'])}, disjoint {_fmt(res['disjoint']['downlink_ratio'])}")
-    return res
-
-
-def analyse_map(rows: list[dict], plan: Plan) -> dict:
-    from hpnlab.traffic import balance
-
-    w = plan.workload
-    res = {"distinct_paths": balance.distinct_paths(rows)}
-    for sel in ("hash", "disjoint"):
-        res[sel] = balance.analyse(rows, plan.cfgs, w.sets, w.flows_per_peer, sel, rail=w.rail)
-    return res
-
-
-def _fmt(st: dict) -> str:
-    return "/".join("inf" if st[k] is None else f"{st[k]:g}" for k in ("median", "p90"))
-
-
-def choose_flows(plan: Plan, raw: Path, run_dir: Path, k: int) -> None:
-    """Repetition k's flow set (seeded by k, so a re-run picks the same flows), kept beside its reports."""
-    import random
-
-    from hpnlab.traffic import balance
-
-    rows = json.loads((raw / "pathmap.json").read_text())
-    w = plan.workload
-    plan.flows = balance.choose(balance.index(rows), plan.cfgs, w.flows_per_peer, w.select, random.Random(1000 + k))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "flows.json").write_text(json.dumps(plan.flows))
+        v.update(workloads.get(plan.workload.kind).aggregate(v["runs"]))
 
 
 def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
@@ -460,8 +382,9 @@ def check_raw(exp: Experiment, out: Path) -> None:
                 why = "no raw/ folder (shipped results carry none: re-run the experiment into a new folder)" \
                     if not (out / "raw").exists() else f"{raw / f'rep{k}' / 'run.json'} is missing"
                 raise SpecError(f"--reanalyse: variant '{plan.name}' repetition {k}: {why}; nothing was written")
-        if plan.workload.kind == "elephant" and not (raw / "pathmap.json").exists():
-            raise SpecError(f"--reanalyse: variant '{plan.name}': {raw / 'pathmap.json'} is missing; nothing was written")
+        for need in workloads.get(plan.workload.kind).raw_needed(raw):
+            if not need.exists():
+                raise SpecError(f"--reanalyse: variant '{plan.name}': {need} is missing; nothing was written")
 
 
 def reanalyse(exp: Experiment, out: Path) -> dict:
@@ -481,13 +404,7 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
             runs.append(_trim(collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir), k))
         v["runs"] = runs
         v["faults"] = report.aggregate(runs) if runs else []
-        if plan.workload.kind == "elephant":
-            from hpnlab.traffic import bulk
-
-            rows = json.loads((out / "raw" / plan.name / "pathmap.json").read_text())
-            v["balance"] = {"probe_s": v.get("balance", {}).get("probe_s"), **analyse_map(rows, plan)}
-            v["bulk"] = bulk.aggregate(runs)
-            v["select"] = plan.workload.select
+        v.update(workloads.get(plan.workload.kind).reanalyse(v, out / "raw" / plan.name, plan, runs))
     old["probe_rate"] = report.probe_rates([r for v in old["variants"].values() for r in v["runs"]])
     old["reanalysed"] = time.time()
     return old

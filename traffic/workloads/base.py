@@ -1,0 +1,93 @@
+"""What every workload kind provides, and the registry (``register``, ``get``, ``names``). A workload is
+the training-like traffic an experiment runs beside its probes; each kind is one class in a file of its
+own in this package, so a new kind is one file (its parameters are keys of the experiment file's
+``workload:``, see docs/experiment-file.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpnlab.errors import SpecError
+
+START_SLACK = 2.0  # seconds between launching a repetition's processes and its common start time t0
+
+
+class WorkloadKind:
+    """One kind of workload. ``kind`` names it in experiment files; the rest are hooks with defaults."""
+
+    kind = ""
+    help = ""
+
+    def check(self, w, spec, cfgs: dict[str, dict], where: str) -> None:
+        """Refuse, in one line, what this kind cannot run (before any lab comes up)."""
+
+    def prepare_variant(self, rt, cfgs: dict, plan, raw: Path, bar) -> dict:
+        """Once per variant on its running lab, before the repetitions; what it returns goes into the
+        variant's results."""
+        return {}
+
+    def prepare_repetition(self, plan, raw: Path, run_dir: Path, k: int) -> None:
+        """Before repetition k (0-based)."""
+
+    def launch(self, plan, run_dir: Path, t0: float, duration: float) -> list[dict]:
+        """The processes of one repetition: {role, node, argv, out[, delay]} (pure)."""
+        return []
+
+    def done(self, procs: list) -> bool:
+        """True when the workload ended the repetition early (its work is all delivered)."""
+        return False
+
+    def result(self, plan, run_dir: Path) -> dict | None:
+        """The repetition's workload report, read from run_dir."""
+        return None
+
+    def rate_series(self, w: dict, t0: float, bin_s: float = 0.25) -> list[tuple[float, float]]:
+        """(seconds since t0, rate) of the workload's progress, for its throughput during a fault."""
+        return []
+
+    def window(self, w: dict, t0: float, base_end: float, start: float, end: float) -> dict:
+        """The workload in one fault's window [start, end) against its baseline [t0 + 0.5, base_end):
+        ``throughput_pct`` and whatever else the kind measures."""
+        return {}
+
+    def aggregate(self, runs: list[dict]) -> dict:
+        """Variant-level figures over the repetitions (added to the variant's results)."""
+        return {}
+
+    def raw_needed(self, raw: Path) -> list[Path]:
+        """Files a re-analysis needs beyond each repetition's run.json."""
+        return []
+
+    def reanalyse(self, v: dict, raw: Path, plan, runs: list[dict]) -> dict:
+        """The variant-level figures recomputed from raw/ (--reanalyse)."""
+        return self.aggregate(runs)
+
+
+REGISTRY: dict[str, WorkloadKind] = {}
+
+
+def register(cls: type[WorkloadKind]) -> type[WorkloadKind]:
+    REGISTRY[cls.kind] = cls()
+    return cls
+
+
+def get(kind: str) -> WorkloadKind:
+    try:
+        return REGISTRY[kind]
+    except KeyError:
+        raise SpecError(f"workload.kind: '{kind}' is not a workload; choose one of {', '.join(REGISTRY)}") from None
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def check_hosts(where: str, names_: list[str | None], cfgs: dict[str, dict], rail: int) -> None:
+    hosts = sorted(n for n, c in cfgs.items() if c["role"] == "host")
+    for n in names_:
+        if n is None:
+            continue
+        if n not in hosts:
+            raise SpecError(f"{where}: '{n}' is not a host of this lab; hosts: {', '.join(hosts)}")
+        if not any(nic["rail"] == rail for nic in cfgs[n]["nics"]):
+            raise SpecError(f"{where}.rail: host {n} has no rail {rail}")

@@ -1,0 +1,131 @@
+"""elephant: bulk TCP flows from every host to every host of the other segments, placed on a path map
+the variant probes first (paper §6.1, Fig. 13/14): by the switches' hash, or by HPN's disjoint selection."""
+
+import json
+import random
+import sys
+import time
+
+from hpnlab.errors import SpecError
+from hpnlab.traffic.workloads.base import WorkloadKind, register
+
+
+def analyse_map(rows: list[dict], plan) -> dict:
+    from hpnlab.traffic import balance
+
+    w = plan.workload
+    res = {"distinct_paths": balance.distinct_paths(rows)}
+    for sel in ("hash", "disjoint"):
+        res[sel] = balance.analyse(rows, plan.cfgs, w.sets, w.flows_per_peer, sel, rail=w.rail)
+    return res
+
+
+def _fmt(st: dict) -> str:
+    return "/".join("inf" if st[k] is None else f"{st[k]:g}" for k in ("median", "p90"))
+
+
+@register
+class Elephant(WorkloadKind):
+    kind = "elephant"
+    help = "bulk flows between segments, placed on a probed path map by hash or disjoint selection"
+
+    def check(self, w, spec, cfgs, where):
+        if w.select not in ("hash", "disjoint"):
+            raise SpecError(f"{where} workload.select: elephant flows are placed by 'hash' or 'disjoint' "
+                            f"(got '{w.select}')")
+        if w.pool < w.flows_per_peer:
+            raise SpecError(f"{where} workload.pool: probe at least flows_per_peer ({w.flows_per_peer}) "
+                            f"source ports per pair")
+        if spec.segments < 2:
+            raise SpecError(f"{where} spec.segments: elephant flows cross segments; give segments >= 2")
+
+    def prepare_variant(self, rt, cfgs, plan, raw, bar):
+        """Probe the variant's path map once (the lab does not change between repetitions) and lay
+        ``sets`` random flow sets onto it, with each way of choosing source ports."""
+        from hpnlab.traffic import balance, bulk
+
+        w = plan.workload
+        bar.phase(f"{plan.name}: probing the path map ({w.pool} source ports per host pair, TCP dport {bulk.PORT})")
+        t = time.monotonic()
+        rows = balance.probe_map(rt, cfgs, w.rail, w.pool, bulk.PORT, "tcp")
+        raw.mkdir(parents=True, exist_ok=True)
+        (raw / "pathmap.json").write_text(json.dumps(rows))
+        res = {"probe_s": round(time.monotonic() - t, 2), **analyse_map(rows, plan)}
+        bar.phase(f"{plan.name}: {len(balance.complete(rows))}/{len(rows)} probes answered; downlink ratio "
+                  f"(median/p90) hash {_fmt(res['hash']['downlink_ratio'])}, disjoint "
+                  f"{_fmt(res['disjoint']['downlink_ratio'])}")
+        return {"balance": res}
+
+    def prepare_repetition(self, plan, raw, run_dir, k):
+        """Repetition k's flow set (seeded by k, so a re-run picks the same flows), kept beside its reports."""
+        from hpnlab.traffic import balance
+
+        rows = json.loads((raw / "pathmap.json").read_text())
+        w = plan.workload
+        plan.flows = balance.choose(balance.index(rows), plan.cfgs, w.flows_per_peer, w.select, random.Random(1000 + k))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "flows.json").write_text(json.dumps(plan.flows))
+
+    def launch(self, plan, run_dir, t0, duration):
+        """Per host a receiver and (for its flows) a sender, per switch a port sampler (pure)."""
+        from hpnlab.traffic import balance
+        from hpnlab.traffic.bulk import PORT
+
+        py = sys.executable
+        w, cfgs, flows = plan.workload, plan.cfgs, plan.flows
+        out = []
+        ip = {h: plan.host_ip(h, w.rail) for h in balance.hosts_of(cfgs)}
+        for h in balance.hosts_of(cfgs):
+            f = str(run_dir / f"elephant-rx-{h}.json")
+            out.append({"role": "elephant-rx", "node": h, "out": f,
+                        "argv": [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
+                                 "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}", "--out", f]})
+        for h in balance.hosts_of(cfgs):
+            mine = [r for r in flows if r["src"] == h]
+            if not mine:
+                continue
+            f = str(run_dir / f"elephant-tx-{h}.json")
+            out.append({"role": "elephant-tx", "node": h, "out": f,
+                        "argv": [py, "-m", "hpnlab.node.elephant", "send", "--src", ip[h], "--port", str(PORT),
+                                 "--flows", ",".join(f"{ip[r['dst']]}:{r['sport']}" for r in mine),
+                                 "--size", str(w.size_kb * 1024), "--select", w.select,
+                                 "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}", "--out", f]})
+        for n, c in sorted(cfgs.items()):
+            if c["role"] == "host":
+                continue
+            f = str(run_dir / f"linkstats-{n}.json")
+            out.append({"role": "linkstats", "node": n, "out": f,
+                        "argv": [py, "-m", "hpnlab.node.linkstats", "--ifaces",
+                                 ",".join(i["name"] for i in c["interfaces"]), "--interval", f"{w.sample_ms / 1000:g}",
+                                 "--duration", f"{duration + 0.5:g}", "--start-at", f"{t0:.3f}", "--out", f]})
+        return out
+
+    def done(self, procs):
+        """Elephant runs end when every sender has finished (its flows delivered), not at the duration:
+        the receivers and samplers are then told to stop and write their reports."""
+        tx = [p for spec, p in procs if spec["role"] == "elephant-tx"]
+        if not tx or any(p.poll() is None for p in tx):
+            return False
+        time.sleep(0.3)  # the samplers see the ports go idle
+        for spec, p in procs:
+            if spec["role"] in ("elephant-rx", "linkstats") and p.poll() is None:
+                p.terminate()
+        return True
+
+    def result(self, plan, run_dir):
+        from hpnlab.traffic import bulk
+
+        return bulk.result(plan, run_dir)
+
+    def aggregate(self, runs):
+        from hpnlab.traffic import bulk
+
+        return {"bulk": bulk.aggregate(runs)}
+
+    def raw_needed(self, raw):
+        return [raw / "pathmap.json"]
+
+    def reanalyse(self, v, raw, plan, runs):
+        rows = json.loads((raw / "pathmap.json").read_text())
+        return {"balance": {"probe_s": v.get("balance", {}).get("probe_s"), **analyse_map(rows, plan)},
+                **self.aggregate(runs), "select": plan.workload.select}

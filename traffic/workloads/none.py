@@ -1,0 +1,9 @@
+"""none: probes only, no workload."""
+
+from hpnlab.traffic.workloads.base import WorkloadKind, register
+
+
+@register
+class NoWorkload(WorkloadKind):
+    kind = "none"
+    help = "probes only"
