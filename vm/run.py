@@ -56,7 +56,8 @@ STEPS: dict[str, tuple[int, str, str]] = {
                "the kernel feature check, as JSON"),
     "readme": (300, "sudo hpnlab status && sudo hpnlab exec s0h0 -- ping -c 3 -I 10.0.0.2 10.0.2.2",
                "the README's next commands, through sudo's secure_path (the link ./bootstrap made)"),
-    "verify": (300, "sudo hpnlab verify --json > $OUT/verify.json; rc=$?; "
+    # --wait: under TCG a VM is ~10x slower, and BFD's 300 ms can flap a session while the machine is busy
+    "verify": (300, "sudo hpnlab verify --wait 90 --json > $OUT/verify.json; rc=$?; "
                     ".venv/bin/python -c \"import json,sys; c=json.load(open('$OUT/verify.json')); "
                     "print(sum(x['ok'] for x in c), 'of', len(c), 'checks ok')\"; exit $rc",
                "hpnlab verify on the lab 'up' left running"),

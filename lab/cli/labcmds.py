@@ -98,7 +98,10 @@ def attach(args) -> int:
 def verify_cmd(args) -> int:
     need_root("hpnlab verify")
     rt, cfgs = open_lab(resolve_lab(args.lab))
-    checks = verify.verify(rt, cfgs, stop_at_failure=False)
+    if args.wait:  # poll until every check passes or the deadline (a lab that is still converging)
+        checks = wait_healthy(rt, cfgs, args.wait, Progress(args.json))
+    else:
+        checks = verify.verify(rt, cfgs, stop_at_failure=False)
     ok = verify.complete(checks)
     if args.json:
         json.dump(checks, sys.stdout, indent=1)
@@ -254,6 +257,9 @@ def add_parsers(sub) -> None:
         p = sub.add_parser(name, help=hlp)
         p.add_argument("--lab", help="lab name (default: the only running lab)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "verify":
+            p.add_argument("--wait", type=float, metavar="S", help="poll until every check passes, at most S "
+                                                                   "seconds (a lab still converging), then report")
         p.set_defaults(func=fn)
 
     e = sub.add_parser("exec", help="run a command inside a node (vtysh reaches that node's FRR)",
