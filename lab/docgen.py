@@ -140,12 +140,13 @@ def experiment_page() -> str:
     return HEADER + intro + "\n".join(parts + [""] + kinds) + "\n"
 
 
-def _walk(parser: argparse.ArgumentParser, path: list[str]):
+def walk_parsers(parser: argparse.ArgumentParser, path: list[str]):
+    """(command words, parser) of a parser and every subcommand under it."""
     yield path, parser
     for a in parser._actions:
         if isinstance(a, argparse._SubParsersAction):
             for name, sp in a.choices.items():
-                yield from _walk(sp, path + [name])
+                yield from walk_parsers(sp, path + [name])
 
 
 def cli_page() -> str:
@@ -156,7 +157,7 @@ def cli_page() -> str:
     os.environ["COLUMNS"] = "100"  # the same wrapping wherever it is generated
     parts = ["# Command reference\n", "Every command's `--help`, as the code prints it. Commands that touch a lab "
              "need root: `sudo hpnlab ...` (`./bootstrap install` as root puts `hpnlab` on sudo's path).\n"]
-    for path, p in _walk(build_parser(), ["hpnlab"]):
+    for path, p in walk_parsers(build_parser(), ["hpnlab"]):
         p.prog = " ".join(path)
         parts += [f"## `{' '.join(path)}`\n", "```text", p.format_help().rstrip(), "```\n"]
     return HEADER + "\n".join(parts)

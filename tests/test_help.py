@@ -8,18 +8,11 @@ import argparse
 import pytest
 
 from hpnlab.cli import build_parser
+from hpnlab.docgen import walk_parsers
 from hpnlab.runtime import names as runtime_names
 
 
-def _walk(p: argparse.ArgumentParser, path: list[str]):
-    yield path, p
-    for a in p._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            for name, sp in a.choices.items():
-                yield from _walk(sp, path + [name])
-
-
-PARSERS = list(_walk(build_parser(), ["hpnlab"]))
+PARSERS = list(walk_parsers(build_parser(), ["hpnlab"]))
 
 
 @pytest.mark.parametrize("path,parser", PARSERS, ids=[" ".join(p) for p, _ in PARSERS])
