@@ -133,3 +133,12 @@ def test_the_readme_first_screen_is_a_screen():
     first = text[:text.index("\n## ", text.index("## Quick start") + 1)]
     assert len(first.splitlines()) <= 50, len(first.splitlines())
     assert "docs/fabric.svg" in first and "./bootstrap up" in first and "./bootstrap test" in first
+
+
+def test_every_file_the_docs_name_exists():
+    for p in PAGES:
+        for ref in re.findall(r"`((?:lab|traffic|tests|bench|vm|docker|templates|experiments|examples|results)/"
+                              r"[A-Za-z0-9_./-]+)`", p.read_text()):
+            if "<" in ref or "*" in ref:
+                continue
+            assert (ROOT / ref).exists(), f"{p.name} names {ref}, which does not exist"
