@@ -303,3 +303,24 @@ def test_registry_prefixes_every_image_and_bad_names_are_one_line(tmp_path, caps
     err = capsys.readouterr().err
     assert "--registry" in err and err.count("\n") == 1 and not (tmp_path / "p").exists()
     assert main(["generate", "--registry", "reg.example", "--out", str(tmp_path / "q")]) == 2
+
+
+def test_the_c9s_runtime_writes_its_objects_beside_the_lab_for_the_chosen_api(tmp_path, monkeypatch):
+    """orchestrate asks every runtime for extra files; the c9s runtime's are the clabernetes objects."""
+    from hpnlab.runtime import netns
+    from hpnlab.runtime.base import State
+    from hpnlab.runtime.c9s import C9sRuntime
+
+    monkeypatch.setattr("hpnlab.runtime.base.STATE_ROOT", tmp_path)
+    sp = load_spec(EXAMPLES / "default.yml")
+    topo = topology.build(sp)
+    files = render.render(topo)
+    assert netns.NetnsRuntime("hpn", State("hpn")).extra_files(files, topo) == {}
+    rt = C9sRuntime("hpn", State("hpn"))
+    monkeypatch.setenv("HPNLAB_C9S_REGISTRY", "reg.example/labs")
+    out = rt.extra_files(files, topo)
+    assert set(out) == {"c9s/hpn.configmaps.yaml", "c9s/hpn.topology.yaml"}
+    assert rt.state.data.k8s_api == "c9s.run" and "reg.example/labs/hpnlab/router:" in out["c9s/hpn.topology.yaml"]
+    monkeypatch.setenv("HPNLAB_C9S_API", "clabernetes.containerlab.dev")
+    assert "clabernetes.containerlab.dev/v1alpha1" in rt.extra_files(files, topo)["c9s/hpn.topology.yaml"]
+    assert rt.exec_target("s0h0") == "hpn-s0h0/s0h0"
