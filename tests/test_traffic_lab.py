@@ -310,3 +310,25 @@ variants: [{{name: clos, spec: {{tier2: clos}}}}]
     f = run["faults"][0]
     assert f["recovered"] and f["workload"]["throughput_pct"] > 0
     assert leftovers("ipf0") == []
+
+
+def test_alltoall_workload_is_one_file_and_reports_its_round(tmp_path):
+    """A workload added as one file (traffic/workloads/alltoall.py): every host sends to every other at
+    once; the round completes, through a link failure, and its time is reported per host."""
+    _need_lab_machine()
+    exp = tmp_path / "a2a.yml"
+    exp.write_text(f"""name: alltoall-check
+spec: {ROOT / 'examples' / 'default.yml'}
+duration: 8
+repetitions: 1
+lab_prefix: ata
+probes: [{{name: up, src: s0h0, dst: s1h0, flows: 8, rate: 100}}]
+workload: {{kind: alltoall, size_kb: 2048, connections: 2}}
+faults: [{{kind: link-down, node: s0h0, iface: r0p1, at: 1, until: 2}}]
+variants: [{{name: clos, spec: {{tier2: clos}}}}]
+""")
+    res = _run(str(exp), tmp_path / "out")
+    w = res["variants"]["clos"]["runs"][0]["workload"]
+    assert w["kind"] == "alltoall" and w["hosts"] == 4 and w["complete"], w
+    assert 0 < w["completion_s"] == max(w["per_host_s"].values())
+    assert leftovers("ata0") == []

@@ -211,3 +211,20 @@ def test_fault_nft_ruleset_is_valid_nft_syntax():
 def test_fault_cable_with_two_ports():
     f = faults.parse({"kind": "link-down", "node": "s0h0", "iface": ["r0p0", "r0p1"], "at": 1, "until": 2}, "f")
     assert f.ifaces == ["r0p0", "r0p1"] and f.label == "link-down s0h0:r0p0,r0p1"
+
+
+def test_the_alltoall_plan_sends_every_host_to_every_other():
+    from pathlib import Path
+
+    from hpnlab.traffic import experiment, workloads
+
+    exp = experiment.load(experiment.find("link-failure"), ["dual-tor-clos"], 1, None)
+    plan = exp.plans[0]
+    plan.workload = plan.workload.model_copy(update={"kind": "alltoall", "connections": 2, "size_kb": 64})
+    procs = workloads.get("alltoall").launch(plan, Path("/tmp/x"), 100.0, 5.0)
+    tx = [p for p in procs if p["role"] == "alltoall-tx"]
+    assert len(tx) == 4 and len([p for p in procs if p["role"] == "alltoall-rx"]) == 4
+    for p in tx:
+        flows = p["argv"][p["argv"].index("--flows") + 1].split(",")
+        assert len(flows) == 3 * 2 and len({f.split(":")[1] for f in flows}) == 6  # 3 peers x 2, distinct ports
+        assert plan.host_ip(p["node"], 0) not in {f.split(":")[0] for f in flows}

@@ -1,12 +1,17 @@
 """Faults: one class per kind, one file each in this package (base.py holds what they share). A new kind
-is one file with a ``@register``ed FaultKind subclass, imported here; ``hpnlab fail --list``,
-``Lab.fault``, experiment files and the docs read the registry."""
+is one file in this folder with a ``@register``ed FaultKind subclass (every module here is imported);
+``hpnlab fail --list``, ``Lab.fault``, experiment files and the docs read the registry."""
+
+import importlib
+import pkgutil
+
 
 from hpnlab.traffic.faults.base import (REGISTRY, Fault, FaultKind, Injector, get, kinds, names,  # noqa: F401
                                         node_pids, nft_rules, nft_table, parse, register, revert_recorded,
                                         revert_state, send_signal)
-from hpnlab.traffic.faults import (arp_flush, bgp_shutdown, dataplane_dead, hang, lacp_drop,  # noqa: F401,E402
-                                   link_down, link_flap, one_way, peer_link_down, power_off)
+
+for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    importlib.import_module(f"{__name__}.{_m}")
 
 # the order `hpnlab fail --list` prints them in
 _ORDER = ["link-down", "link-flap", "one-way", "lacp-drop", "hang", "power-off", "bgp-shutdown", "arp-flush",
