@@ -14,13 +14,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab import __version__
+from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.paths import checkout_root
+from hpnlab.proc import run
 
 # The node images a containerlab topology names (render writes them into it; images build makes them).
 IMAGES = {"router": f"hpnlab/router:{__version__}", "host": f"hpnlab/host:{__version__}"}
-from hpnlab.proc import run
 
 ROOT = checkout_root()  # the image build context: docker/ and the in-node code (lab/)
 BASE_TAG = "hpnlab/base:bookworm"

@@ -140,19 +140,10 @@ def experiment_page() -> str:
     return HEADER + intro + "\n".join(parts + [""] + kinds) + "\n"
 
 
-def walk_parsers(parser: argparse.ArgumentParser, path: list[str]):
-    """(command words, parser) of a parser and every subcommand under it."""
-    yield path, parser
-    for a in parser._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            for name, sp in a.choices.items():
-                yield from walk_parsers(sp, path + [name])
-
-
 def cli_page() -> str:
     import os
 
-    from hpnlab.cli import build_parser
+    from hpnlab.cli import build_parser, walk_parsers
 
     os.environ["COLUMNS"] = "100"  # the same wrapping wherever it is generated
     parts = ["# Command reference\n", "Every command's `--help`, as the code prints it. Commands that touch a lab "

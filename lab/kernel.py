@@ -24,12 +24,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from hpnlab.errors import HpnlabError
-from hpnlab.node.plan import OPTIONAL_SYSCTLS  # noqa: F401 (the sysctls older kernels lack)
+from hpnlab.node.plan import OPTIONAL_SYSCTLS
 
 PROC_SYS = Path("/proc/sys")
 
@@ -58,7 +58,7 @@ FEATURES: dict[str, Feature] = {f.key: f for f in (
             "spec hash.policy: the switches hash the 5-tuple (l4) or the addresses (l3)",
             "refused: the switches would hash a TCP flow by its sender's random socket hash"),
     Feature("nft-egress", "nftables netdev egress hook", "5.16",
-            "mechanisms.arp_duplication: every host ARP leaves both ports; faults one-way and lacp-block",
+            "mechanisms.arp_duplication: every host ARP leaves both ports; faults one-way and lacp-drop",
             "refused while mechanisms.arp_duplication is on (one ToR of each set would never learn its hosts)"),
     Feature("tbf", "tc qdisc tbf", "2.6",
             "spec links: (link capacity and port buffers)",
@@ -70,7 +70,6 @@ FEATURES: dict[str, Feature] = {f.key: f for f in (
             "host_driver auto/bond: the hosts' kernel LACP bond",
             "host_driver auto uses the userspace LACP host agent; bond is refused"),
 )}
-
 
 
 def has_sysctl(key: str, proc_sys: Path = PROC_SYS) -> bool:
@@ -133,10 +132,15 @@ def pretended_missing() -> set[str]:
     return names
 
 
+def has(key: str) -> bool:
+    """Whether a lab may use the feature here: the kernel has it and HPNLAB_KERNEL_LACKS does not name it.
+    Every decision that depends on the kernel (the assessment, the host driver, impair's delay) asks this."""
+    return key not in pretended_missing() and probe(key)
+
+
 def probe_all() -> dict[str, bool]:
-    """Every feature: whether this kernel has it (less any HPNLAB_KERNEL_LACKS names)."""
-    missing = pretended_missing()
-    return {k: k not in missing and probe(k) for k in FEATURES}
+    """Every feature: ``has`` for each."""
+    return {k: has(k) for k in FEATURES}
 
 
 @dataclass
@@ -147,21 +151,18 @@ class Assessment:
     notes: list[str] = field(default_factory=list)  # degradations the lab runs with, one line each
     refusal: str | None = None  # why the lab cannot run on this kernel (first reason)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) -> Assessment:
     """What a lab of ``spec`` gets on this kernel (or on one described by ``have``, for tests)."""
     have = have if have is not None else probe_all()
-    out = Assessment(release=rel or release(), lacks=sorted(k for k, ok in have.items() if not ok))
+    out = Assessment(release=rel or release(), lacks=sorted(k for k, ok in have.items() if not ok),
+                     skip_sysctls=[k for k, feature in OPTIONAL_SYSCTLS.items() if not have.get(feature, True)])
 
     def refuse(msg: str) -> None:
         out.refusal = out.refusal or msg
 
     on = f"kernel {out.release}"
     if not have.get("hash-seed", True):
-        out.skip_sysctls.append("net.ipv4.fib_multipath_hash_seed")
         if spec.hash.seed == "per-switch":
             refuse(f"spec field 'hash.seed': per-switch needs net.ipv4.fib_multipath_hash_seed (Linux 6.11+), "
                    f"which {on} lacks (all namespaces share one hash key); use hash.seed: shared or a newer kernel")
@@ -171,7 +172,6 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) ->
                              f"but which path a flow takes differs from boot to boot (path maps and link shares "
                              f"are not reproducible; failover figures are unaffected)")
     if not have.get("hash-fields", True):
-        out.skip_sysctls.append("net.ipv4.fib_multipath_hash_fields")
         refuse(f"{on} has no net.ipv4.fib_multipath_hash_fields (Linux 5.14+): switches cannot hash the 5-tuple "
                f"(spec 'hash.policy'); use a 5.14+ kernel (Debian 12: 6.1)")
     if not have.get("nft-egress", True) and spec.mechanisms.arp_duplication:

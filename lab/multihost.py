@@ -21,16 +21,16 @@ from hpnlab.node.plan import MTU
 from hpnlab.topology import Topology
 
 VNI_SLOT = 1 << 16  # VNIs are 24 bits: 255 lab slots of 65,536 links each
+VXLAN_PORT = 4789
+WEIGHT = {"host": 1, "tor": 5, "agg": 4, "core": 4}
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def vni_base(lab: str) -> int:
     """The first VNI of a lab's tunnels, derived from its name: two split labs sharing machines (and so
     UDP 4789) get different VNIs, unless their names fall into the same of 255 slots (check RUN.md's)."""
     return ((zlib.crc32(lab.encode()) % 255) + 1) * VNI_SLOT
-VXLAN_PORT = 4789
-WEIGHT = {"host": 1, "tor": 5, "agg": 4, "core": 4}
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def placement(topo: Topology, machines: int) -> dict[str, int]:

@@ -73,7 +73,7 @@ def adopt(clab_file: str, progress=None) -> tuple[Runtime, dict[str, dict]]:
     ``down`` (containerlab destroy) work on it as on a lab from ``hpnlab up --runtime clab``."""
     from pathlib import Path
 
-    from hpnlab.nodesetup import bonding_available, host_driver
+    from hpnlab.nodesetup import host_driver
 
     progress = progress or (lambda m: None)
     path = Path(clab_file).resolve()
@@ -94,7 +94,7 @@ def adopt(clab_file: str, progress=None) -> tuple[Runtime, dict[str, dict]]:
     st = rt.state.data
     st.runtime, st.config, st.started, st.clab_topology = "clab", str(folder), time.time(), str(path)
     st.host_driver = host_driver(next((c.get("driver") or "auto" for c in cfgs.values() if c["role"] == "host"),
-                                      "auto"), bonding_available())
+                                      "auto"), kernel.has("bonding"))
     st.netns = [rt.netns(n) for n in cfgs]
     rt.state.dir.mkdir(parents=True, exist_ok=True)
     os.symlink(folder, rt.config_dir)  # config_dir is <state>/config: the generated folder itself

@@ -7,8 +7,7 @@ import argparse
 
 import pytest
 
-from hpnlab.cli import build_parser
-from hpnlab.docgen import walk_parsers
+from hpnlab.cli import build_parser, walk_parsers
 from hpnlab.runtime import names as runtime_names
 
 

@@ -116,7 +116,7 @@ def apply(rt: Runtime, cfgs: dict, node: str, iface: str, settings: dict) -> dic
 
 def netem_available(rt: Runtime, node: str) -> bool:
     """A throwaway netem qdisc on the node's loopback: present on most distribution kernels, not on CI's."""
-    if "netem" in kernel.pretended_missing():
+    if "netem" in kernel.pretended_missing():  # (probed in the node below: a remote pod's kernel counts)
         return False
     r = rt.run(node, ["tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "netem", "delay", "0ms"],
                check=False)

@@ -165,7 +165,7 @@ def plot(results: dict, path: Path) -> Path | None:
         base = (wl.get("baseline") or {}).get("baseline_rate") or (wl.get("baseline") or {}).get("baseline_gbps")
         if wl.get("series") and base:
             xs, ys = zip(*wl["series"])
-            label = "all-reduce iterations" if wl.get("kind") == "allreduce" else "iperf3 throughput"
+            label = workloads.get(wl["kind"]).series_label
             ax.plot(xs, [100 * y / base for y in ys], color="black", lw=1.8, label=f"{label} (% of baseline)")
         for sname, p in run["probes"].items():
             per_bin = p["requested_pps"]

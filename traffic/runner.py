@@ -23,12 +23,10 @@ from hpnlab.runtime.base import Runtime
 from hpnlab.signals import shielded
 from hpnlab.verify import complete
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import measure, routemon
+from hpnlab.traffic import measure, routemon, workloads
 from hpnlab.traffic.experiment import Experiment, Plan
-from hpnlab.traffic import workloads
 from hpnlab.traffic.workloads import probe
-
-from hpnlab.traffic.workloads.base import START_SLACK  # noqa: E402 (t0 is this long after launch)
+from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
 
 
 class Bar:

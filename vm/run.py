@@ -107,7 +107,9 @@ def image(rebuild: bool = False) -> Path:
         if rebuild or not (d / "image.json").exists():
             say(f"building the Debian 12 image in {d} (debootstrap; a few minutes, cached afterwards)")
             t0 = time.monotonic()
-            r = subprocess.run([str(HERE / "build-image.sh"), str(d)], stdout=sys.stderr)
+            # the wheels come from this Python's pip (the project's venv has one; a fresh system python3 may not)
+            r = subprocess.run([str(HERE / "build-image.sh"), str(d)], stdout=sys.stderr,
+                               env={**os.environ, "HPNLAB_VM_PYTHON": os.environ.get("HPNLAB_VM_PYTHON", sys.executable)})
             if r.returncode != 0:
                 raise Unavailable(f"the image could not be built (vm/build-image.sh exit {r.returncode}; "
                                   f"is Debian's archive reachable?)")

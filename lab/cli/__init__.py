@@ -60,12 +60,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"hpnlab: error: {message} (see '{self.prog} --help')\n")
 
 
-def apply_formatter(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = Formatter
+def walk_parsers(parser: argparse.ArgumentParser, path: list[str]):
+    """(command words, parser) of a parser and every subcommand under it."""
+    yield path, parser
     for a in parser._actions:
         if isinstance(a, argparse._SubParsersAction):
-            for sp in a.choices.values():
-                apply_formatter(sp)
+            for name, sp in a.choices.items():
+                yield from walk_parsers(sp, path + [name])
 
 
 def _print_json(obj) -> None:
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="hpnlab",
         description="Packet-level testbed for Alibaba HPN's non-stacked dual-ToR, dual-plane AI training fabric.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EPILOG)
     p.add_argument("--version", action="version", version=f"hpnlab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -184,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     labcmds.add_parsers(sub)
     trafficcmds.add_parsers(sub)
     images.add_parsers(sub)
-    apply_formatter(p)
+    for _path, parser in walk_parsers(p, ["hpnlab"]):  # one help style everywhere (Formatter)
+        parser.formatter_class = Formatter
     return p
 
 

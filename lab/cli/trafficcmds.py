@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -178,7 +177,6 @@ def add_parsers(sub) -> None:
                        description="Run an experiment YAML (see experiments/). Per variant: bring a lab up, run the "
                                    "probes and workload, play the fault timeline, repeat, take the lab down. "
                                    "Writes DIR/results.json, DIR/plot.png, DIR/summary.txt and raw reports.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  sudo hpnlab run experiments/link-failure.yml --out results/link-failure\n"
                               "  sudo hpnlab run link-flap --out /tmp/flap --repetitions 1 --variants dual-tor")
     r.add_argument("experiment", help="experiment YAML (or the name of one in experiments/)")
@@ -199,8 +197,7 @@ def add_parsers(sub) -> None:
                        description="Kinds:\n" + "\n".join(f"{k}: {v}" for k, v in faults.KINDS.items()),
                        epilog="examples:\n  sudo hpnlab fail link-down s0h0 r0p0 --for 5\n"
                               "  sudo hpnlab fail hang s0r0a            (stays until: hpnlab fail --clear)\n"
-                              "  sudo hpnlab fail link-flap s0h0 r0p0 --period 1 --count 5",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                              "  sudo hpnlab fail link-flap s0h0 r0p0 --period 1 --count 5")
     f.add_argument("kind", nargs="?", help="the fault (--list shows every kind and what it does)")
     f.add_argument("node", nargs="?", help="the node it hits, e.g. s0h0 or s0r0a")
     f.add_argument("iface", nargs="?", help="for link faults (comma-separated for a multi-port cable)")

@@ -217,8 +217,7 @@ class Runtime:
         topo, cfgs = load_nodes(self.config_dir)
         self.refuse_foreign(list(cfgs))
         requested = next((c.get("driver", "auto") for c in cfgs.values() if c["role"] == "host"), "auto")
-        self.driver = nodesetup.host_driver(requested, "bonding" not in kernel.pretended_missing()
-                                            and nodesetup.bonding_available())
+        self.driver = nodesetup.host_driver(requested, kernel.has("bonding"))
         st = self.state.data
         st.runtime, st.config, st.started, st.host_driver = self.name, str(self.config_dir), time.time(), self.driver
         st.netns = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists

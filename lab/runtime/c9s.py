@@ -79,7 +79,7 @@ class C9sRuntime(Runtime):
                                  f"clabernetes through kubectl (install it and point it at the cluster)")
 
     def netns(self, node: str) -> str:
-        return f"{self.lab}-{node}"  # the launcher deployment: no Linux namespace on this machine
+        return f"{self.lab}-{node}"  # a name only: no Linux namespace of the node is on this machine
 
     def exec_target(self, node: str) -> str:
         api = self.state.data.k8s_api or "c9s.run"

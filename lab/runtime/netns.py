@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from hpnlab import frr, nodesetup
-from hpnlab.node.plan import MTU
 from hpnlab.errors import RuntimeFailure
+from hpnlab.node.plan import MTU
 from hpnlab.proc import is_node_process, kill_pids, pid_alive, processes, run
 from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, register
 from hpnlab.signals import shielded
@@ -140,7 +140,8 @@ class NetnsRuntime(Runtime):
     def start_agent(self, node: str, cfg: dict) -> None:
         self.status_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", nodesetup.agent_module(cfg, self.state.data.host_driver or "userspace"), str(self.config_dir / node / "node.json"),
+        module = nodesetup.agent_module(cfg, self.state.data.host_driver or "userspace")
+        argv = [sys.executable, "-m", module, str(self.config_dir / node / "node.json"),
                 "--status", str(self.status_path(node))]
         with open(self.agent_log(node), "a") as log:
             p = subprocess.Popen(self.exec_argv(node, argv), stdout=log, stderr=subprocess.STDOUT,

@@ -8,7 +8,6 @@ from hpnlab.traffic.faults.base import FaultKind, register
 class ArpFlush(FaultKind):
     kind = "arp-flush"
     help = "age out a ToR's ARP entries on its host ports at once; relearned only from the hosts' next ARPs"
-    instant = True
 
     def check(self, f, where, cfgs):
         if cfgs[f.node]["role"] != "tor":

@@ -33,7 +33,7 @@ class FaultKind:
     kind = ""
     help = ""
     needs_iface = False  # a link fault: names the interface(s)
-    instant = False  # nothing to revert (e.g. arp-flush)
+    uses_nft = False  # drops with an nftables netdev table: its name is in the undo recipe as "nft"
 
     def check(self, f: "Fault", where: str, cfgs: dict[str, dict]) -> None:
         pass
@@ -180,7 +180,10 @@ class Injector:
         self._n += 1
         kind = REGISTRY[f.kind]
         self.active.append(f)
-        kind.prepare(self, f, f"{os.getpid()}_{self._n}")
+        fid = f"{os.getpid()}_{self._n}"
+        if kind.uses_nft:
+            f.undo["nft"] = nft_table(fid)
+        kind.prepare(self, f, fid)
         self._record()  # before it takes effect: a crash here still leaves the undo recipe
         kind.apply(self, f)
 

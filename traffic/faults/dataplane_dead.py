@@ -15,8 +15,9 @@ class DataplaneDead(FaultKind):
         if cfgs[f.node]["role"] == "host":
             raise SpecError(f"{where}.node: {f.node} is a host; dataplane-dead stops a router's forwarding")
 
+    uses_nft = True  # the peer link's drop, where there is one
+
     def prepare(self, inj, f, fid):
-        f.undo["nft"] = nft_table(fid)
         f.undo["nft_inet"] = nft_table(fid)
 
     def apply(self, inj, f):

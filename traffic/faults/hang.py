@@ -2,7 +2,7 @@
 
 import signal
 
-from hpnlab.traffic.faults.base import FaultKind, node_pids, nft_rules, nft_table, register, send_signal
+from hpnlab.traffic.faults.base import FaultKind, node_pids, nft_rules, register, send_signal
 
 
 @register
@@ -10,8 +10,9 @@ class Hang(FaultKind):
     kind = "hang"
     help = "stop every process in the node (SIGSTOP: FRR, agent) and drop all its ingress; links stay up"
 
+    uses_nft = True
+
     def prepare(self, inj, f, fid):
-        f.undo["nft"] = nft_table(fid)
         f.undo["stopped"] = [p for p in node_pids(inj.rt, f.node) if p not in inj.exclude]
 
     def apply(self, inj, f):

@@ -1,6 +1,6 @@
 """lacp-drop: only the LACPDUs of a link are lost, both ways."""
 
-from hpnlab.traffic.faults.base import FaultKind, nft_rules, nft_table, register
+from hpnlab.traffic.faults.base import FaultKind, nft_rules, register
 
 
 @register
@@ -8,9 +8,7 @@ class LacpDrop(FaultKind):
     kind = "lacp-drop"
     help = "drop only LACPDUs on a link, both directions"
     needs_iface = True
-
-    def prepare(self, inj, f, fid):
-        f.undo["nft"] = nft_table(fid)
+    uses_nft = True
 
     def apply(self, inj, f):
         rules = [(ifc, h, "ether type 0x8809") for ifc in f.ifaces for h in ("ingress", "egress")]

@@ -12,6 +12,7 @@ from hpnlab.traffic.workloads.base import WorkloadKind, check_hosts, register
 class AllReduce(WorkloadKind):
     kind = "allreduce"
     help = "a ring all-reduce; iterations/s is the training throughput"
+    series_label = "all-reduce iterations"
 
     def check(self, w, spec, cfgs, where):
         check_hosts(f"{where} workload.hosts", list(w.hosts or []), cfgs, w.rail)

@@ -8,7 +8,7 @@ import json
 import sys
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import WorkloadKind, register
+from hpnlab.traffic.workloads.base import WorkloadKind, register, senders_done
 
 PORT = 5400
 SPORT_BASE = 40000  # this host's connections to its peers: 40000 + peer index x connections + i
@@ -51,13 +51,7 @@ class AllToAll(WorkloadKind):
 
     def done(self, procs):
         """The round is over when every sender has delivered; the receivers are then told to stop."""
-        tx = [p for spec, p in procs if spec["role"] == "alltoall-tx"]
-        if not tx or any(p.poll() is None for p in tx):
-            return False
-        for spec, p in procs:
-            if spec["role"] == "alltoall-rx" and p.poll() is None:
-                p.terminate()
-        return True
+        return senders_done(procs, "alltoall-tx", ("alltoall-rx",))
 
     def result(self, plan, run_dir):
         senders = {p.stem.removeprefix("alltoall-tx-"): json.loads(p.read_text())

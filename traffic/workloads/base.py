@@ -17,6 +17,7 @@ class WorkloadKind:
 
     kind = ""
     help = ""
+    series_label = ""  # what ``rate_series`` measures, for the plot's legend ("" : nothing to draw)
 
     def check(self, w, spec, cfgs: dict[str, dict], where: str) -> None:
         """Refuse, in one line, what this kind cannot run (before any lab comes up)."""
@@ -80,6 +81,18 @@ def get(kind: str) -> WorkloadKind:
 
 def names() -> list[str]:
     return list(REGISTRY)
+
+
+def senders_done(procs: list, tx_role: str, stop_roles: tuple[str, ...]) -> bool:
+    """A batch workload's end: every ``tx_role`` process has exited (its bytes delivered); the processes of
+    ``stop_roles`` (receivers, samplers) are then told to stop and write their reports."""
+    tx = [p for spec, p in procs if spec["role"] == tx_role]
+    if not tx or any(p.poll() is None for p in tx):
+        return False
+    for spec, p in procs:
+        if spec["role"] in stop_roles and p.poll() is None:
+            p.terminate()
+    return True
 
 
 def check_hosts(where: str, names_: list[str | None], cfgs: dict[str, dict], rail: int) -> None:

@@ -7,7 +7,7 @@ import sys
 import time
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import WorkloadKind, register
+from hpnlab.traffic.workloads.base import WorkloadKind, register, senders_done
 
 
 def analyse_map(rows: list[dict], plan) -> dict:
@@ -103,14 +103,10 @@ class Elephant(WorkloadKind):
     def done(self, procs):
         """Elephant runs end when every sender has finished (its flows delivered), not at the duration:
         the receivers and samplers are then told to stop and write their reports."""
-        tx = [p for spec, p in procs if spec["role"] == "elephant-tx"]
-        if not tx or any(p.poll() is None for p in tx):
+        if not senders_done(procs, "elephant-tx", ()):
             return False
         time.sleep(0.3)  # the samplers see the ports go idle
-        for spec, p in procs:
-            if spec["role"] in ("elephant-rx", "linkstats") and p.poll() is None:
-                p.terminate()
-        return True
+        return senders_done(procs, "elephant-tx", ("elephant-rx", "linkstats"))
 
     def result(self, plan, run_dir):
         from hpnlab.traffic import bulk

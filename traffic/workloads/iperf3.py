@@ -10,6 +10,7 @@ from hpnlab.traffic.workloads.base import START_SLACK, WorkloadKind, check_hosts
 class Iperf3(WorkloadKind):
     kind = "iperf3"
     help = "one iperf3 transfer between workload.src and workload.dst"
+    series_label = "iperf3 throughput"
 
     def check(self, w, spec, cfgs, where):
         if not w.src or not w.dst:
