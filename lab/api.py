@@ -28,11 +28,15 @@ from typing import Any, Callable, Iterator
 from hpnlab import orchestrate, verify
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.proc import kill_pids, run
+from hpnlab.progress import Progress, Report
 from hpnlab.runtime.base import Runtime
 from hpnlab.signals import shielded
 from hpnlab.spec import Spec, check_lab_name, load_spec_data, merge, parse_spec
 from hpnlab.traffic import faults as faultmod, measure
 
+
+class Unhealthy(RuntimeFailure, AssertionError):
+    """The lab did not pass every verify check by the deadline (an AssertionError for users' tests)."""
 
 
 @dataclass
@@ -123,11 +127,7 @@ class Probes:
         rx, tx = probe.argv(self.index, src, dst, self.flows, self.rate, self.size, 86400, start_at,
                             str(self.dir / "rx.json"), str(self.dir / "tx.json"))
         for node, argv in ((self.dst, rx), (self.src, tx)):
-            full, report = self.lab.runtime.tool_argv(node, argv)  # remote channels: the report on stdout
-            with open(self.dir / "probe.log", "a") as log, open(report or os.devnull, "w") as rep:
-                self._procs.append(subprocess.Popen(full, stdout=rep if report else log,
-                                                    stderr=log if report else subprocess.STDOUT,
-                                                    stdin=subprocess.DEVNULL, start_new_session=True))
+            self._procs.append(self.lab.spawn(node, argv, self.dir / "probe.log"))
         while time.time() < start_at + 0.05:  # flows are running when the block starts
             time.sleep(0.02)
         self.lab._probe_runs.append(self.dir)
@@ -163,6 +163,8 @@ class Lab:
     def __init__(self, rt: Runtime, cfgs: dict[str, dict], owned: bool):
         self.runtime, self.cfgs, self._owned = rt, cfgs, owned
         self._fault_log: list[dict] = []
+        self._injector = faultmod.Injector(rt, cfgs)  # one per lab: state.json records all its faults
+        self._records: dict[int, dict] = {}  # id(fault) -> its record, while active
         self._probe_runs: list[Path] = []
         self._nprobes = 0
         self._down = False
@@ -171,17 +173,16 @@ class Lab:
     @classmethod
     def up(cls, spec: str | Path | dict | Spec = "default", runtime: str = "netns",
            name: str | None = None, overrides: dict | None = None, timeout: float = 90.0,
-           progress: bool | Callable[[str], None] = False) -> "Lab":
+           progress: bool | Report = False) -> "Lab":
         """Bring a lab up and wait until every verify check passes; anything else rolls it back and
-        raises (RuntimeFailure names the failing check). ``progress=True`` prints the steps on stderr."""
+        raises (``Unhealthy`` names the failing check). ``progress=True`` prints the steps on stderr; a
+        ``hpnlab.progress.Progress`` or any ``callable(str)`` receives them."""
         sp = resolve_spec(spec, name, overrides)
         orchestrate.need_root("hpnlab.Lab.up")
-        prog = progress if callable(progress) else orchestrate.Progress(quiet=not progress)
+        prog = progress if callable(progress) else Progress(quiet=not progress)
         rt, cfgs, checks = orchestrate.bring_up(sp, runtime, timeout, prog)
         if not verify.complete(checks):
-            bad = next((c for c in checks if not c["ok"]), {"name": "verify", "detail": "incomplete"})
-            raise RuntimeFailure(f"lab '{sp.name}' not healthy after {timeout:g} s (rolled back): "
-                                 f"{bad['name']}: {bad['detail']}")
+            raise Unhealthy(f"lab '{sp.name}' not healthy after {timeout:g} s (rolled back): {_failing(checks)}")
         return cls(rt, cfgs, owned=True)
 
     @classmethod
@@ -191,11 +192,11 @@ class Lab:
         rt, cfgs = orchestrate.open_lab(name)
         return cls(rt, cfgs, owned=False)
 
-    def down(self) -> None:
+    def down(self, progress: Report | None = None) -> None:
         """Remove the lab and everything it created (idempotent)."""
         if not self._down:
             self._down = True
-            orchestrate.tear_down(self.name)
+            orchestrate.tear_down(self.name, progress)
 
     def __enter__(self) -> "Lab":
         return self
@@ -238,6 +239,13 @@ class Lab:
         """Where this lab keeps probe reports (inside the lab's state directory: removed with the lab)."""
         return self.runtime.state.dir / "api"
 
+    @property
+    def info(self) -> dict:
+        """What the lab runs on: runtime, host driver, kernel release and what it runs without on it."""
+        st = self.runtime.state.data
+        return {"runtime": st.runtime, "host_driver": st.host_driver, "kernel": st.kernel,
+                "kernel_notes": list(st.kernel_notes)}
+
     def log_files(self) -> dict[str, Path]:
         return self.runtime.log_files()
 
@@ -272,11 +280,23 @@ class Lab:
     def healthy(self) -> bool:
         return verify.complete(verify.verify(self.runtime, self.cfgs))
 
-    def wait_healthy(self, timeout: float = 60) -> None:
-        checks = orchestrate.wait_healthy(self.runtime, self.cfgs, timeout, lambda _m: None)
+    def wait_healthy(self, timeout: float = 60, progress: Report | None = None) -> None:
+        """Poll verify until every check passes; ``Unhealthy`` (an AssertionError) after ``timeout`` s."""
+        checks = orchestrate.wait_healthy(self.runtime, self.cfgs, timeout, progress or (lambda _m: None))
         if not verify.complete(checks):
-            bad = next(c for c in checks if not c["ok"])
-            raise AssertionError(f"lab '{self.name}' not healthy after {timeout:g} s: {bad['name']}: {bad['detail']}")
+            raise Unhealthy(f"lab '{self.name}' not healthy after {timeout:g} s: {_failing(checks)}")
+
+    def spawn(self, node: str, argv: list[str], log: Path, out: Path | None = None) -> subprocess.Popen:
+        """Start one program inside a node, in its own session (so it can be stopped alone); stderr goes
+        to ``log``, stdout to ``out`` (else ``log``). On a remote channel (clabernetes) the node program's
+        report comes on stdout: it is written to the file its ``--out`` names."""
+        self._cfg(node)
+        full, report = self.runtime.tool_argv(node, argv)
+        out = out or report
+        with open(log, "a") as lg, open(out or os.devnull, "w") as stdout:
+            # the child holds its own copies; ours close here (no descriptor per process left open)
+            return subprocess.Popen(full, stdout=stdout if out else lg, stderr=lg,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
 
     def wait_for(self, condition: Callable[[], Any], timeout: float = 10, interval: float = 0.05,
                  what: str | None = None) -> Any:
@@ -310,16 +330,39 @@ class Lab:
         """Apply one fault (any kind of ``hpnlab fail --list``) for the ``with`` block; it is reverted on
         exit, always. Yields its record: {"label", "applied", "reverted"} (epoch seconds)."""
         f = faultmod.parse({"kind": kind, "node": node, "iface": iface, **params}, "fault", self.cfgs)
-        inj = faultmod.Injector(self.runtime, self.cfgs)
-        rec = {"label": f.label, "kind": kind, "applied": time.time(), "reverted": None}
-        self._fault_log.append(rec)
+        rec = self.apply_fault(f)
         try:
-            inj.apply(f)
             yield rec
         finally:
             with shielded("reverting the fault"):
-                inj.revert_all()
-                rec["reverted"] = time.time()
+                self.revert_fault(f)
+
+    def apply_fault(self, f: faultmod.Fault) -> dict:
+        """Apply a parsed fault now and return its record ({"label", "kind", "applied", "applied_done",
+        "reverted"}); ``revert_fault(f)`` ends it. Every fault applied is in the lab's state.json with its
+        undo recipe until reverted, so ``hpnlab fail --clear`` or ``down`` undo it after a crash."""
+        rec = {"label": f.label, "kind": f.kind, "node": f.node, "iface": f.iface, "at": f.at, "until": f.until,
+               "applied": time.time(), "reverted": None}
+        self._fault_log.append(rec)
+        self._records[id(f)] = rec
+        self._injector.apply(f)
+        rec["applied_done"] = time.time()
+        return rec
+
+    def revert_fault(self, f: faultmod.Fault) -> None:
+        rec = self._records.pop(id(f), None)
+        if rec is not None and rec["reverted"] is None:
+            rec["reverted"] = time.time()
+        self._injector.revert(f)
+
+    def revert_faults(self) -> None:
+        """Revert every fault this object applied that is still active (idempotent)."""
+        for f in list(reversed(self._injector.active)):
+            self.revert_fault(f)
+
+    def spare(self, pids: set[int]) -> None:
+        """Processes of our own (route watchers) that a fault freezing a node's processes leaves running."""
+        self._injector.exclude |= set(pids)
 
     def faults(self) -> dict[str, str]:
         return dict(faultmod.KINDS)
@@ -350,6 +393,11 @@ class Lab:
         if node not in self.cfgs:
             raise SpecError(f"node '{node}' is not in lab '{self.name}'; nodes: {', '.join(sorted(self.cfgs))}")
         return self.cfgs[node]
+
+
+def _failing(checks: list[dict]) -> str:
+    bad = next((c for c in checks if not c["ok"]), {"name": "verify", "detail": "incomplete"})
+    return f"{bad['name']}: {bad['detail']}"
 
 
 def resolve_spec(spec: str | Path | dict | Spec, name: str | None = None, overrides: dict | None = None) -> Spec:

@@ -10,32 +10,16 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from hpnlab import frr, kernel, render, runtime as runtimes, topology, verify
 from hpnlab.errors import RuntimeFailure, SpecError, StateError, UsageError
 from hpnlab.models import LabState
+from hpnlab.progress import Progress
 from hpnlab.proc import is_node_process, processes
 from hpnlab.signals import shielded
 from hpnlab.runtime.base import Runtime, State, list_netns, load_nodes, running_labs, state_dir
 from hpnlab.spec import Spec, check_lab_name, load_spec
-
-
-class Progress:
-    """Progress lines on stderr with elapsed time, so stdout stays clean for --json."""
-
-    def __init__(self, quiet: bool = False):
-        self.t0 = time.monotonic()
-        self.quiet = quiet
-
-    def __call__(self, msg: str) -> None:
-        if not self.quiet:
-            print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
 
 
 def need_root(what: str) -> None:

@@ -125,3 +125,22 @@ def test_attach_sees_the_same_lab_and_leaves_it_up(hpnlab_lab):
     with hpnlab.Lab.attach("api") as other:
         assert other.hosts == hpnlab_lab.hosts and other.runtime.name == "netns"
     assert hpnlab_lab.healthy()  # leaving an attached lab's block did not take it down
+
+
+@pytest.mark.root
+def test_nested_faults_are_each_recorded_until_reverted(hpnlab_lab):
+    """state.json holds every active fault's undo recipe (what `hpnlab fail --clear` and `down` use after
+    a crash): a fault applied inside another's block must not drop the outer one's record."""
+    from hpnlab.runtime.base import State
+
+    lab = hpnlab_lab
+
+    def recorded():
+        return sorted(f"{f.node}:{f.iface}" for f in State.load(lab.name).data.faults)
+
+    with lab.fault("link-down", node="s0h0", iface="r0p0"):
+        with lab.fault("link-down", node="s1h0", iface="r0p1"):
+            assert recorded() == ["s0h0:r0p0", "s1h0:r0p1"]
+        assert recorded() == ["s0h0:r0p0"]
+    assert recorded() == []
+    lab.wait_healthy(60)

@@ -89,7 +89,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_every_module_and_function_level_imports():
     g = graph()
     assert {"hpnlab.api", "hpnlab.orchestrate", "hpnlab.cli", "hpnlab.node.tor", "hpnlab.traffic.runner"} <= set(g)
-    assert "hpnlab.orchestrate" in g["hpnlab.traffic.runner"]
+    assert "hpnlab.api" in g["hpnlab.traffic.runner"]
     # a function-level import is an edge too (the plugin imports the API inside its fixture)
     assert "hpnlab.api" in g["hpnlab.pytest_plugin"]
 
@@ -213,3 +213,21 @@ def test_workloads_stand_below_the_runner_report_and_cli_and_alone_name_node_pro
     for m, path in modules().items():
         if programs.search(path.read_text()):
             assert m.startswith("hpnlab.traffic.workloads"), f"{m} builds a workload's command line"
+
+
+def test_experiments_are_clients_of_the_lab_api():
+    """The experiment runner and the workloads bring labs up, wait for them, apply faults and start
+    programs only through hpnlab.Lab: they never import the orchestration or a runtime themselves, so
+    what an experiment does is what a user's script with hpnlab.Lab can do."""
+    g = graph()
+    for m in [m for m in g if m == "hpnlab.traffic.runner" or m.startswith("hpnlab.traffic.workloads")]:
+        bad = sorted(d for d in g[m] if d == "hpnlab.orchestrate" or d.startswith("hpnlab.runtime."))
+        assert bad == [], (m, bad)
+
+
+def test_one_progress_display():
+    """Progress lines and bars come from hpnlab.progress alone: no other module defines a progress class."""
+    import re
+
+    defined = [m for m, p in modules().items() if re.search(r"^class \w*(Progress|Bar)\b", p.read_text(), re.M)]
+    assert defined == ["hpnlab.progress"]

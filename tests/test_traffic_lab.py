@@ -332,3 +332,17 @@ variants: [{{name: clos, spec: {{tier2: clos}}}}]
     assert w["kind"] == "alltoall" and w["hosts"] == 4 and w["complete"], w
     assert 0 < w["completion_s"] == max(w["per_host_s"].values())
     assert leftovers("ata0") == []
+
+
+def test_load_balance_smoke_disjoint_evens_the_downlinks(tmp_path):
+    """The elephant workload through the runner (Lab.up, its path map, one bulk run): the shipped
+    load-balance experiment's disjoint variant, short. Disjoint selection gives every downlink the same
+    number of flows on the map, and the bulk run delivers all its bytes."""
+    _need_lab_machine()
+    res = _run("load-balance", tmp_path / "out", "--variants", "dual-plane-disjoint", "--duration", "40")
+    v = res["variants"]["dual-plane-disjoint"]
+    assert not v.get("error"), v.get("error")
+    assert v["balance"]["disjoint"]["downlink_ratio"]["max"] == 1, v["balance"]["disjoint"]
+    w = v["runs"][0]["workload"]
+    assert w["complete"] and 0 < w["completion_s"] < 40, w
+    assert leftovers("lb3") == []

@@ -1,67 +1,31 @@
-"""Runs an experiment: per variant bring a lab up, per repetition start route monitors, receivers, the
-workload and senders on a common start time, play the fault timeline, revert every fault (also on
-Ctrl-C or error), collect the reports, wait until the lab is healthy again; finally take the lab down.
+"""Runs an experiment as a client of ``hpnlab.Lab``: per variant ``Lab.up``, per repetition start the
+route watchers, receivers, the workload and senders on a common start time (``lab.spawn``), play the
+fault timeline through ``lab.apply_fault`` / ``lab.revert_fault`` (every fault reverted, also on Ctrl-C
+or error), collect the reports and wait until the lab is healthy again; finally ``lab.down()``.
 
-Everything runs in the lab's own namespaces through the runtime interface (``exec_argv``), so the same
-code drives the netns and containerlab runtimes.
+Everything runs in the lab's own namespaces through the runtime interface, so the same code drives every
+runtime.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from hpnlab import kernel, runtime as runtimes
+from hpnlab.api import Lab, Unhealthy
 from hpnlab.errors import RuntimeFailure, SpecError
-from hpnlab.orchestrate import bring_up, wait_healthy
 from hpnlab.proc import kill_pids
-from hpnlab.runtime.base import Runtime
+from hpnlab.progress import Progress
 from hpnlab.signals import shielded
-from hpnlab.verify import complete
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import measure, routemon, workloads
+from hpnlab.traffic import bulk, measure, report, routemon, workloads
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
-
-
-class Bar:
-    """One progress line on stderr (redrawn in place on a terminal, a line per phase otherwise)."""
-
-    def __init__(self, quiet: bool = False):
-        self.tty = sys.stderr.isatty() and not quiet
-        self.quiet = quiet
-        self.t0 = time.monotonic()
-        self.last = ""
-
-    def phase(self, msg: str) -> None:
-        if self.quiet:
-            return
-        if self.tty and self.last:
-            sys.stderr.write("\r\033[K")
-        print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
-        self.last = ""
-
-    __call__ = phase
-
-    def bar(self, label: str, done: float, total: float, note: str = "") -> None:
-        if not self.tty:
-            return
-        n = int(30 * min(1.0, done / total)) if total else 30
-        line = f"{label} [{'#' * n}{'.' * (30 - n)}] {done:5.1f}/{total:g} s {note}"
-        if line != self.last:
-            sys.stderr.write("\r\033[K" + line[:150])
-            sys.stderr.flush()
-            self.last = line
-
-    def end_bar(self) -> None:
-        if self.tty and self.last:
-            sys.stderr.write("\n")
-            self.last = ""
 
 
 def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[dict]:
@@ -80,20 +44,15 @@ def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[d
 class Repetition:
     """One run of one variant on a running lab: processes, monitors and faults, all cleaned up."""
 
-    def __init__(self, rt: Runtime, plan: Plan, run_dir: Path, duration: float, bar: Bar, label: str):
-        self.rt, self.plan, self.dir, self.duration, self.bar, self.label = rt, plan, run_dir, duration, bar, label
+    def __init__(self, lab: Lab, plan: Plan, run_dir: Path, duration: float, progress: Progress, label: str):
+        self.lab, self.plan, self.dir, self.duration, self.progress, self.label = \
+            lab, plan, run_dir, duration, progress, label
         self.procs: list[tuple[dict, subprocess.Popen]] = []
         self.monitors: list[tuple[str, subprocess.Popen]] = []  # the route watcher (and ip monitor on c9s)
-        self.injector = faultmod.Injector(rt, plan.cfgs)
         self.timeline: list[dict] = []
 
-    def _spawn(self, node: str, argv: list[str], out: Path | None) -> subprocess.Popen:
-        full, report = self.rt.tool_argv(node, argv)  # remote channels: the report comes on stdout
-        out = out or report
-        with open(self.dir / "processes.log", "a") as log, open(out or os.devnull, "w") as stdout:
-            # the child holds its own copies; ours close here (no descriptor per process left open)
-            return subprocess.Popen(full, stdout=stdout if out else log, stderr=log,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+    def _spawn(self, spec: dict, out: Path | None) -> None:
+        self.procs.append((spec, self.lab.spawn(spec["node"], spec["argv"], self.dir / "processes.log", out)))
 
     def run(self) -> dict:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -103,9 +62,8 @@ class Repetition:
             self.cleanup()
 
     def _run(self) -> dict:
-        routers = [n for n, c in self.plan.cfgs.items() if c["role"] != "host"]
-        self.monitors = routemon.watch(self.rt, routers, self.dir)
-        self.injector.exclude = {p.pid for _n, p in self.monitors}
+        self.monitors = routemon.watch(self.lab.runtime, self.lab.routers, self.dir)
+        self.lab.spare({p.pid for _n, p in self.monitors})
         t0 = time.time() + START_SLACK
         plan = launch_plan(self.plan, self.dir, t0, self.duration)
         delayed = []
@@ -114,42 +72,34 @@ class Repetition:
                 delayed.append(spec)
                 continue
             # iperf3 -J prints its report on stdout; our own tools write --out themselves
-            out = Path(spec["out"]) if spec["role"].startswith("iperf3") else None
-            self.procs.append((spec, self._spawn(spec["node"], spec["argv"], out)))
+            self._spawn(spec, Path(spec["out"]) if spec["role"].startswith("iperf3") else None)
             if spec["role"] == "iperf3-server":
                 time.sleep(0.3)
         pending = sorted(self.plan.faults, key=lambda f: f.at)
-        active: list[tuple[faultmod.Fault, dict]] = []
+        active: list[faultmod.Fault] = []
         end = t0 + self.duration
         while True:
             now = time.time()
             for spec in list(delayed):
                 if now >= t0:
-                    self.procs.append((spec, self._spawn(spec["node"], spec["argv"], Path(spec["out"]))))
+                    self._spawn(spec, Path(spec["out"]))
                     delayed.remove(spec)
             while pending and now >= t0 + pending[0].at:
                 f = pending.pop(0)
-                rec = {"label": f.label, "kind": f.kind, "node": f.node, "iface": f.iface, "at": f.at, "until": f.until,
-                       "applied": time.time()}
-                self.injector.apply(f)
-                rec["applied_done"] = time.time()
-                self.timeline.append(rec)
-                active.append((f, rec))
-            for f, rec in list(active):
+                self.timeline.append(self.lab.apply_fault(f))
+                active.append(f)
+            for f in list(active):
                 if f.until is not None and now >= t0 + f.until:
-                    rec["reverted"] = time.time()
-                    self.injector.revert(f)
-                    active.remove((f, rec))
-            if now >= end or (not pending and not active and self._workload_done()):
+                    self.lab.revert_fault(f)
+                    active.remove(f)
+            if now >= end or (not pending and not active and workloads.get(self.plan.workload.kind).done(self.procs)):
                 break
-            note = ", ".join(f.label for f, _ in active) or "no fault active"
-            self.bar.bar(self.label, max(0.0, now - t0), self.duration, note)
+            note = ", ".join(f.label for f in active) or "no fault active"
+            self.progress.bar(self.label, max(0.0, now - t0), self.duration, note)
             self._check_procs()
             time.sleep(0.005)
-        for f, rec in active:  # faults that last to the end of the run
-            rec["reverted"] = time.time()
-            self.injector.revert(f)
-        self.bar.end_bar()
+        self.lab.revert_faults()  # faults that last to the end of the run
+        self.progress.end_bar()
         deadline = time.monotonic() + 20
         for spec, p in self.procs:
             try:
@@ -163,9 +113,6 @@ class Repetition:
         time.sleep(0.3)  # let the route monitors print the repair
         return {"t0": t0, "duration": self.duration, "timeline": self.timeline, "procs": plan}
 
-    def _workload_done(self) -> bool:
-        return workloads.get(self.plan.workload.kind).done(self.procs)
-
     def _check_procs(self) -> None:
         for spec, p in self.procs:
             if p.poll() not in (None, 0) and not spec["role"].startswith("iperf3"):
@@ -174,25 +121,18 @@ class Repetition:
 
     def cleanup(self) -> None:
         with shielded("reverting the faults and stopping the traffic"):
-            self._cleanup()
-
-    def _cleanup(self) -> None:
-        self.injector.revert_all()
-        self.bar.end_bar()
-        ours = {p.pid: (lambda c: True) for _s, p in self.procs if p.poll() is None}
-        ours.update({p.pid: (lambda c: True) for _n, p in self.monitors if p.poll() is None})
-        if ours:
-            kill_pids(ours, timeout=3)
-        for _s, p in self.procs:
-            p.poll()
-        for _n, p in self.monitors:
-            p.poll()
+            self.lab.revert_faults()
+            self.progress.end_bar()
+            ours = {p.pid: (lambda c: True) for _s, p in self.procs if p.poll() is None}
+            ours.update({p.pid: (lambda c: True) for _n, p in self.monitors if p.poll() is None})
+            if ours:
+                kill_pids(ours, timeout=3)
+            for _s, p in self.procs + self.monitors:
+                p.poll()
 
 
 def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
     """Read every report of one repetition and compute the per-fault figures."""
-    from hpnlab.traffic import report
-
     streams: dict[str, list[measure.Flow]] = {}
     senders: dict[str, dict] = {}
     receivers: dict[str, dict] = {}
@@ -219,21 +159,20 @@ def _trim(res: dict, k: int) -> dict:
     return res
 
 
-def keep_logs(rt, dest: Path) -> None:
+def keep_logs(lab: Lab, dest: Path) -> None:
     """The lab's agent and FRR logs go with the raw results: the lab itself is gone after the run."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name, src in rt.log_files().items():
+    for name, src in lab.log_files().items():
         try:
             shutil.copyfile(src, dest / name)
         except OSError:
             pass
 
 
-def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: float | None = None) -> dict:
+def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress,
+                   up_timeout: float | None = None) -> dict:
     """Every variant in turn; a variant that fails is reported as such and the others still run.
     ``up_timeout``: seconds a variant's lab may take to come up healthy (default: the file's ``up_timeout``)."""
-    from hpnlab.traffic import report
-
     refuse_on_this_kernel(exp, runtime)
     out.mkdir(parents=True, exist_ok=True)
     doc = exp.doc
@@ -242,7 +181,10 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
                      "runtime": runtime, "repetitions": doc.repetitions, "duration": doc.duration,
                      "started": time.time(), "variants": {}}
     try:
-        _variants(exp, out, runtime, bar, up_timeout, results)
+        for vi, plan in enumerate(exp.plans):
+            v = results["variants"][plan.name] = variant_record(plan)
+            progress(f"variant {plan.name} ({vi + 1}/{len(exp.plans)}): bringing up lab '{plan.spec.name}'")
+            run_variant(exp, plan, out / "raw" / plan.name, runtime, progress, up_timeout, v)
     except KeyboardInterrupt as e:
         with shielded("writing the partial results"):
             dropped = drop_incomplete(out)
@@ -252,8 +194,8 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
             results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
             results["finished"] = time.time()
             write_results(results, out)
-            bar.phase(f"interrupted: {out / 'results.json'} holds the finished repetitions (marked partial)"
-                      + (f"; removed the unfinished {', '.join(dropped)}" if dropped else ""))
+            progress(f"interrupted: {out / 'results.json'} holds the finished repetitions (marked partial)"
+                     + (f"; removed the unfinished {', '.join(dropped)}" if dropped else ""))
         raise
     results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
     results["finished"] = time.time()
@@ -262,8 +204,6 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeou
 
 def refuse_on_this_kernel(exp: Experiment, runtime: str) -> None:
     """Before any lab: a variant this kernel cannot run (hpnlab.kernel) refuses the whole run in one line."""
-    from hpnlab import kernel, runtime as runtimes
-
     if not runtimes.get(runtime).shares_kernel:
         return
     have = kernel.probe_all()
@@ -283,63 +223,62 @@ def drop_incomplete(out: Path) -> list[str]:
     return gone
 
 
-def _variants(exp: Experiment, out: Path, runtime: str, bar: Bar, up_timeout: float, results: dict) -> None:
-    from hpnlab.traffic import report
+def variant_record(plan: Plan) -> dict:
+    """What results.json says of a variant before it runs."""
+    return {"description": plan.description, "lab": plan.spec.name, "spec_overrides": plan.overrides,
+            "select": plan.workload.select, "hash": plan.spec.hash.model_dump(),
+            "access": plan.spec.access, "tier2": plan.spec.tier2,
+            "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
+            "faults_planned": [f.to_dict() for f in plan.faults], "runs": []}
 
+
+def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: Progress, up_timeout: float,
+                v: dict) -> None:
+    """One variant: its lab up, its repetitions, its lab down; a failure is recorded in ``v["error"]``."""
     doc = exp.doc
-    for vi, plan in enumerate(exp.plans):
-        v: dict = {"description": plan.description, "lab": plan.spec.name, "spec_overrides": plan.overrides,
-                   "select": plan.workload.select, "hash": plan.spec.hash.model_dump(),
-                   "access": plan.spec.access, "tier2": plan.spec.tier2,
-                   "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
-                   "faults_planned": [f.to_dict() for f in plan.faults], "runs": []}
-        results["variants"][plan.name] = v
-        bar.phase(f"variant {plan.name} ({vi + 1}/{len(exp.plans)}): bringing up lab '{plan.spec.name}'")
-        rt, cfgs, checks = bring_up(plan.spec, runtime, up_timeout, bar)
-        st = rt.state.data
-        v.update({"host_driver": st.host_driver, "kernel": st.kernel, "kernel_notes": st.kernel_notes})
+    kind = workloads.get(plan.workload.kind)
+    try:
+        lab = Lab.up(plan.spec, runtime, timeout=up_timeout, progress=progress)
+    except RuntimeFailure as e:  # rolled back by Lab.up
+        v["error"] = str(e)
+        progress(f"variant {plan.name} failed: {e}")
+        lab = None
+    if lab is not None:
+        v.update({k: x for k, x in lab.info.items() if k != "runtime"})
         try:
-            if not complete(checks):
-                bad = next(c for c in checks if not c["ok"])
-                raise RuntimeFailure(f"lab not healthy: {bad['name']}: {bad['detail']}")
-            kind = workloads.get(plan.workload.kind)
-            v.update(kind.prepare_variant(rt, cfgs, plan, out / "raw" / plan.name, bar))
+            v.update(kind.prepare_variant(lab, plan, raw, progress))
             for k in range(doc.repetitions):
                 label = f"{plan.name} {k + 1}/{doc.repetitions}"
                 if k:
-                    checks = wait_healthy(rt, cfgs, 60, bar)
-                    if not complete(checks):
-                        bad = next(c for c in checks if not c["ok"])
-                        raise RuntimeFailure(f"lab did not recover before repetition {k + 1}: {bad['detail']}")
-                run_dir = out / "raw" / plan.name / f"rep{k + 1}"
-                kind.prepare_repetition(plan, out / "raw" / plan.name, run_dir, k)
-                bar.phase(f"{label}: running {doc.duration:g} s, faults: "
-                          f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
-                rep = Repetition(rt, plan, run_dir, doc.duration, bar, label).run()
+                    try:
+                        lab.wait_healthy(60, progress)
+                    except Unhealthy as e:
+                        raise RuntimeFailure(f"lab did not recover before repetition {k + 1}: {e}") from None
+                run_dir = raw / f"rep{k + 1}"
+                kind.prepare_repetition(plan, raw, run_dir, k)
+                progress(f"{label}: running {doc.duration:g} s, faults: "
+                         f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
+                rep = Repetition(lab, plan, run_dir, doc.duration, progress, label).run()
                 (run_dir / "run.json").write_text(json.dumps(rep))  # timeline, for re-analysis of raw/
                 v["runs"].append(_trim(collect(rep, plan, run_dir), k))
         except RuntimeFailure as e:
             v["error"] = str(e)
-            bar.phase(f"variant {plan.name} failed: {e}")
+            progress(f"variant {plan.name} failed: {e}")
         finally:
             with shielded("taking the lab down"):
-                keep_logs(rt, out / "raw" / plan.name / "logs")
-                bar.phase(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
-                rt.destroy(bar)
-        v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
-        v.update(workloads.get(plan.workload.kind).aggregate(v["runs"]))
+                keep_logs(lab, raw / "logs")
+                progress(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
+                lab.down(progress)
+    v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+    v.update(kind.aggregate(v["runs"]))
 
 
 def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
     """results.json (atomically), plot.png (where matplotlib is installed) and summary.txt in ``out``."""
-    from hpnlab.traffic import report
-
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1))
     tmp.replace(out / "results.json")
     if any(v.get("balance") for v in results["variants"].values()):  # the load-balance figures
-        from hpnlab.traffic import bulk
-
         png, table = bulk.plot(results, out / "plot.png"), bulk.summary_table(results)
     else:
         png, table = report.plot(results, out / "plot.png"), report.summary_table(results)
@@ -387,8 +326,6 @@ def check_raw(exp: Experiment, out: Path) -> None:
 
 def reanalyse(exp: Experiment, out: Path) -> dict:
     """Recompute results from DIR/raw (each repetition's reports and run.json) without running anything."""
-    from hpnlab.traffic import report
-
     old = json.loads((out / "results.json").read_text())
     for plan in exp.plans:
         v = old["variants"].get(plan.name)

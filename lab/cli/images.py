@@ -6,7 +6,7 @@ import json
 import sys
 
 from hpnlab import containers
-from hpnlab.orchestrate import Progress
+from hpnlab.progress import Progress
 from hpnlab.containers import IMAGES
 
 

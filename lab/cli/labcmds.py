@@ -9,10 +9,12 @@ import sys
 
 from hpnlab import frr, runtime as runtimes, verify
 from hpnlab.errors import RuntimeFailure, SpecError
-from hpnlab.orchestrate import Progress, adopt, bring_up, need_root, open_lab, resolve_lab, tear_down, wait_healthy
+from hpnlab.orchestrate import adopt, bring_up, need_root, open_lab, resolve_lab, tear_down, wait_healthy
 from hpnlab.proc import pid_alive
+from hpnlab.progress import Progress
 from hpnlab.runtime.base import Runtime, running_labs, state_dir
 from hpnlab.spec import load_spec
+
 
 def print_checks(checks: list[dict], out=sys.stdout) -> None:
     w = max([len(c["name"]) for c in checks] + [5])

@@ -10,6 +10,7 @@ from pathlib import Path
 from hpnlab import runtime as runtimes
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import need_root, open_lab, resolve_lab
+from hpnlab.progress import Progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import experiment, faults, impair, nodetools, runner
 
@@ -44,7 +45,7 @@ def run_cmd(args) -> int:
         runner.check_raw(exp, out)  # every repetition's raw data, or nothing is written
         results = runner.reanalyse(exp, out)
     else:
-        bar = runner.Bar(quiet=args.json)
+        bar = Progress(quiet=args.json)
         bar.phase(f"experiment {exp.name}: {len(exp.plans)} variant(s) x {exp.doc.repetitions} repetition(s) x "
                   f"{exp.doc.duration:g} s -> {out}")
         results = runner.run_experiment(exp, out, args.runtime, bar)

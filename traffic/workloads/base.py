@@ -22,9 +22,9 @@ class WorkloadKind:
     def check(self, w, spec, cfgs: dict[str, dict], where: str) -> None:
         """Refuse, in one line, what this kind cannot run (before any lab comes up)."""
 
-    def prepare_variant(self, rt, cfgs: dict, plan, raw: Path, bar) -> dict:
-        """Once per variant on its running lab, before the repetitions; what it returns goes into the
-        variant's results."""
+    def prepare_variant(self, lab, plan, raw: Path, progress) -> dict:
+        """Once per variant on its running ``hpnlab.Lab``, before the repetitions; what it returns goes
+        into the variant's results. ``progress(str)`` prints a step."""
         return {}
 
     def prepare_repetition(self, plan, raw: Path, run_dir: Path, k: int) -> None:

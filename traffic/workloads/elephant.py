@@ -39,21 +39,21 @@ class Elephant(WorkloadKind):
         if spec.segments < 2:
             raise SpecError(f"{where} spec.segments: elephant flows cross segments; give segments >= 2")
 
-    def prepare_variant(self, rt, cfgs, plan, raw, bar):
+    def prepare_variant(self, lab, plan, raw, progress):
         """Probe the variant's path map once (the lab does not change between repetitions) and lay
         ``sets`` random flow sets onto it, with each way of choosing source ports."""
         from hpnlab.traffic import balance, bulk
 
         w = plan.workload
-        bar.phase(f"{plan.name}: probing the path map ({w.pool} source ports per host pair, TCP dport {bulk.PORT})")
+        progress(f"{plan.name}: probing the path map ({w.pool} source ports per host pair, TCP dport {bulk.PORT})")
         t = time.monotonic()
-        rows = balance.probe_map(rt, cfgs, w.rail, w.pool, bulk.PORT, "tcp")
+        rows = balance.probe_map(lab.runtime, lab.cfgs, w.rail, w.pool, bulk.PORT, "tcp")
         raw.mkdir(parents=True, exist_ok=True)
         (raw / "pathmap.json").write_text(json.dumps(rows))
         res = {"probe_s": round(time.monotonic() - t, 2), **analyse_map(rows, plan)}
-        bar.phase(f"{plan.name}: {len(balance.complete(rows))}/{len(rows)} probes answered; downlink ratio "
-                  f"(median/p90) hash {_fmt(res['hash']['downlink_ratio'])}, disjoint "
-                  f"{_fmt(res['disjoint']['downlink_ratio'])}")
+        progress(f"{plan.name}: {len(balance.complete(rows))}/{len(rows)} probes answered; downlink ratio "
+                 f"(median/p90) hash {_fmt(res['hash']['downlink_ratio'])}, disjoint "
+                 f"{_fmt(res['disjoint']['downlink_ratio'])}")
         return {"balance": res}
 
     def prepare_repetition(self, plan, raw, run_dir, k):
