@@ -78,7 +78,6 @@ def lab_name(module_id: str, given: str | None, worker: str | None) -> str:
 def hpnlab_lab(request):
     """The module's lab, brought up and verified once, removed after the module (unless --hpnlab-keep
     and a test failed)."""
-    from hpnlab import frr
     from hpnlab.api import Lab, resolve_spec
     from hpnlab.errors import RuntimeFailure
     from hpnlab.runtime import get as get_runtime
@@ -93,8 +92,6 @@ def hpnlab_lab(request):
     if os.geteuid() != 0:
         _skip("hpnlab labs need root (network namespaces, FRR, nftables)")
     try:
-        if runtime == "netns":
-            frr.preflight()
         cls = get_runtime(runtime)
         cls.preflight(sp)
     except RuntimeFailure as e:

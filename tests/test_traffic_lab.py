@@ -183,10 +183,12 @@ def test_fail_command_holds_then_clears(lab):
     r = hpnlab("fail", "hang", "s1r1b", "--lab", lab)
     assert "stays until" in r.stderr
     assert any("stopped" in x for x in _fault_traces(lab))
+    # a second fault left in place keeps the first one's record (each has its undo recipe for --clear)
+    hpnlab("fail", "lacp-drop", "s0r0a", "h0p0", "--lab", lab)
     st = json.loads(Path(f"/run/hpnlab/{lab}/state.json").read_text())
-    assert [f["kind"] for f in st["faults"]] == ["hang"]
+    assert [f["kind"] for f in st["faults"]] == ["hang", "lacp-drop"]
     r = hpnlab("fail", "--clear", "--lab", lab)
-    assert "reverted 1" in r.stdout
+    assert "reverted 2" in r.stdout
     assert _fault_traces(lab) == []
     r = hpnlab("fail", "link-down", "s1h0", "r0p1", "--for", "0.5", "--lab", lab)
     assert "reverted: link-down s1h0:r0p1" in r.stderr and _fault_traces(lab) == []

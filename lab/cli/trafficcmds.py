@@ -81,8 +81,8 @@ def fail_cmd(args) -> int:
     f = faults.parse({"kind": args.kind, "node": args.node, "iface": args.iface, "period": args.period,
                       "count": args.count}, "fault", cfgs)
     inj = faults.Injector(rt, cfgs)
-    if args.hold is None and args.kind == "link-flap":
-        args.hold = args.period * args.count
+    if args.hold is None:
+        args.hold = faults.get(f.kind).duration(f)  # a fault that ends by itself is held until it has
     try:
         inj.apply(f)
         print(f"applied: {f.label}", file=sys.stderr)

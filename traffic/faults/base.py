@@ -10,6 +10,7 @@ names, stopped PIDs), so a crashed controller can still be cleaned up.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import signal
@@ -17,11 +18,12 @@ import threading
 from dataclasses import dataclass, field
 
 from hpnlab.errors import SpecError
-from hpnlab.models import FaultRecord
+from hpnlab.models import FaultRecord, LabState
 from hpnlab.proc import cmdline
 from hpnlab.runtime.base import Runtime
 
 TABLE_PREFIX = "hpnlab_fault"
+_SEQ = itertools.count(1)  # fault ids of this process
 
 
 class FaultKind:
@@ -43,6 +45,10 @@ class FaultKind:
 
     def apply(self, inj: "Injector", f: "Fault") -> None:
         raise NotImplementedError
+
+    def duration(self, f: "Fault") -> float | None:
+        """How long the fault acts by itself (a flap's count x period); None: until reverted."""
+        return None
 
     def revert(self, rt: Runtime, d: dict, cfgs: dict[str, dict]) -> None:
         pass
@@ -161,13 +167,24 @@ class Injector:
         self.cfgs = cfgs
         self.active: list[Fault] = []
         self._threads: dict[int, tuple[threading.Thread, threading.Event]] = {}  # id(fault) -> flapper
-        self._n = 0
         self.exclude: set[int] = set()  # our own measurement processes (route monitors) keep running
+        self._ids: set[str] = set()  # every fault id this injector applied (its records in state.json)
 
     # --- bookkeeping in state.json ---------------------------------------------------------------------
     def _record(self) -> None:
-        self.rt.state.data.faults = [FaultRecord(**f.to_dict()) for f in self.active]
+        """This injector's active faults into state.json, beside those other hpnlab processes recorded
+        meanwhile (a fault left by an earlier `hpnlab fail` keeps its undo recipe for --clear)."""
+        mine = {f.undo.get("id") for f in self.active} | self._ids
+        others = [r for r in self._recorded() if r.undo.get("id") not in mine or r.undo.get("id") is None]
+        self.rt.state.data.faults = others + [FaultRecord(**f.to_dict()) for f in self.active]
         self.rt.state.save()
+
+    def _recorded(self) -> list[FaultRecord]:
+        path = getattr(self.rt.state, "path", None)
+        try:
+            return LabState.model_validate_json(path.read_text()).faults if path else []
+        except (OSError, ValueError):  # no file yet or a damaged one: nothing else to keep
+            return []
 
     def ifaces(self, node: str) -> list[str]:
         return [i["name"] for i in self.cfgs[node]["interfaces"]]
@@ -177,10 +194,11 @@ class Injector:
 
     # --- apply / revert ----------------------------------------------------------------------------------
     def apply(self, f: Fault) -> None:
-        self._n += 1
         kind = REGISTRY[f.kind]
         self.active.append(f)
-        fid = f"{os.getpid()}_{self._n}"
+        fid = f"{os.getpid()}_{next(_SEQ)}"  # unique across injectors and processes
+        f.undo["id"] = fid
+        self._ids.add(fid)
         if kind.uses_nft:
             f.undo["nft"] = nft_table(fid)
         kind.prepare(self, f, fid)

@@ -24,4 +24,7 @@ class LinkFlap(FaultKind):
 
         inj.start_thread(f, flap)
 
+    def duration(self, f):
+        return f.period * f.count
+
     revert = LinkDown.revert  # the flapping thread is stopped by the injector; the link ends up
