@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 from hpnlab import orchestrate, verify
 from hpnlab.errors import RuntimeFailure, SpecError
+from hpnlab.models import NodeConfig
 from hpnlab.proc import kill_pids, run
 from hpnlab.progress import Progress, Report
 from hpnlab.runtime.base import Runtime
@@ -160,7 +161,7 @@ class Lab:
     """A running lab. ``Lab.up`` brings one up (verified) and ``down`` removes it; ``Lab.attach`` opens
     one brought up by the CLI. As a context manager, a lab made by ``up`` is removed on exit, also on error."""
 
-    def __init__(self, rt: Runtime, cfgs: dict[str, dict], owned: bool):
+    def __init__(self, rt: Runtime, cfgs: dict[str, NodeConfig], owned: bool):
         self.runtime, self.cfgs, self._owned = rt, cfgs, owned
         self._fault_log: list[dict] = []
         self._injector = faultmod.Injector(rt, cfgs)  # one per lab: state.json records all its faults
@@ -219,20 +220,20 @@ class Lab:
 
     @property
     def hosts(self) -> list[str]:
-        return [n for n, c in self.cfgs.items() if c["role"] == "host"]
+        return [n for n, c in self.cfgs.items() if c.role == "host"]
 
     @property
     def routers(self) -> list[str]:
-        return [n for n, c in self.cfgs.items() if c["role"] != "host"]
+        return [n for n, c in self.cfgs.items() if c.role != "host"]
 
     def role(self, node: str) -> str:
-        return self._cfg(node)["role"]
+        return self._cfg(node).role
 
     def host_ip(self, host: str, rail: int = 0) -> str:
-        nic = next((n for n in self._cfg(host).get("nics", []) if n["rail"] == rail), None)
+        nic = self._cfg(host).nic(rail)
         if nic is None:
             raise SpecError(f"rail {rail}: not a rail of host '{host}'")
-        return nic["ip"]
+        return nic.ip
 
     @property
     def workdir(self) -> Path:
@@ -258,7 +259,7 @@ class Lab:
 
     def vtysh(self, node: str, command: str, timeout: float = 20) -> Any:
         """One vtysh command on a router: parsed JSON when the command ends in 'json', else its text."""
-        if self._cfg(node)["role"] == "host":
+        if self._cfg(node).role == "host":
             raise SpecError(f"node '{node}' is a host: it runs no FRR")
         r = run(self.runtime.vtysh_argv(node, [command]), timeout=timeout, what=f"{node}: vtysh")
         if command.rstrip().endswith("json"):
@@ -315,7 +316,7 @@ class Lab:
                size: int = 64) -> Probes:
         """Sequence-numbered UDP probes from host ``src`` to host ``dst`` for the ``with`` block."""
         for h in (src, dst):
-            if self._cfg(h)["role"] != "host":
+            if self._cfg(h).role != "host":
                 raise SpecError(f"probes: '{h}' is a {self.role(h)}; give hosts")
         if src == dst:
             raise SpecError("probes: src and dst are the same host")
@@ -386,10 +387,10 @@ class Lab:
 
         r = self.exec(node, "tc", "-s", "-j", "qdisc", "show", check=True)
         have = {q["dev"]: q for q in _json.loads(r.stdout or "[]") if q.get("root")}
-        return {i["name"]: {k: have.get(i["name"], {}).get(k, 0) for k in ("bytes", "drops", "backlog")}
-                for i in self._cfg(node)["interfaces"]}
+        return {i: {k: have.get(i, {}).get(k, 0) for k in ("bytes", "drops", "backlog")}
+                for i in self._cfg(node).iface_names}
 
-    def _cfg(self, node: str) -> dict:
+    def _cfg(self, node: str) -> NodeConfig:
         if node not in self.cfgs:
             raise SpecError(f"node '{node}' is not in lab '{self.name}'; nodes: {', '.join(sorted(self.cfgs))}")
         return self.cfgs[node]

@@ -80,6 +80,21 @@ class NodeConfig(_Model):
     micro_bfd: dict[str, Any] | None = None  # hosts and ToRs
     stacked: dict[str, Any] | None = None  # ToRs of a stacked pair: role, peer, timeouts
 
+    @property
+    def iface_names(self) -> list[str]:
+        return [i.name for i in self.interfaces]
+
+    def iface(self, name: str) -> Interface | None:
+        return next((i for i in self.interfaces if i.name == name), None)
+
+    def nic(self, rail: int) -> Nic | None:
+        """A host's NIC on ``rail`` (None: no such rail, or not a host)."""
+        return next((n for n in self.nics or [] if n.rail == rail), None)
+
+    def plain(self) -> dict:
+        """node.json as the node itself reads it (plain JSON: the node plan and the agents take dicts)."""
+        return self.model_dump(exclude_none=True)
+
 
 class FaultRecord(_Model):
     kind: str

@@ -26,16 +26,16 @@ FAMILIES = {"ipv4": "ipv4/neigh/default", "ipv6": "ipv6/neigh/default"}
 SLACK = 1024  # the machine's own entries, probes and tools of other labs
 
 
-def entries_needed(topo: dict, cfgs: dict[str, dict]) -> dict[str, int]:
+def entries_needed(topo: dict, cfgs: dict) -> dict[str, int]:
     """Neighbour entries the lab can hold at once, per family (pure; from the rendered lab)."""
     roles = {n["name"]: n["role"] for n in topo["nodes"]}
     fabric = sum(1 for lk in topo["links"] if roles[lk["a"]["node"]] != "host" and roles[lk["b"]["node"]] != "host")
     access = len(topo["links"]) - fabric
     per_subnet: dict[str, int] = {}
     for c in cfgs.values():
-        if c["role"] == "host":
-            for nic in c["nics"]:
-                per_subnet[nic["subnet"]] = per_subnet.get(nic["subnet"], 0) + 1
+        if c.role == "host":
+            for nic in c.nics:
+                per_subnet[nic.subnet] = per_subnet.get(nic.subnet, 0) + 1
     # a host resolves each peer of its subnet (answered by the ToR's proxy) on each of its NIC's two ports
     peers = sum(n * (n - 1) * 2 for n in per_subnet.values())
     return {"ipv4": 2 * access + 2 * fabric + peers, "ipv6": 2 * fabric}

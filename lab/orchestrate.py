@@ -14,7 +14,7 @@ import time
 
 from hpnlab import frr, kernel, render, runtime as runtimes, topology, verify
 from hpnlab.errors import RuntimeFailure, SpecError, StateError, UsageError
-from hpnlab.models import LabState
+from hpnlab.models import LabState, NodeConfig
 from hpnlab.progress import Progress
 from hpnlab.proc import is_node_process, processes
 from hpnlab.signals import shielded
@@ -40,7 +40,7 @@ def resolve_lab(name: str | None) -> str:
     return load_spec().name
 
 
-def open_lab(name: str) -> tuple[Runtime, dict[str, dict]]:
+def open_lab(name: str) -> tuple[Runtime, dict[str, NodeConfig]]:
     """A running lab's runtime and node configs; one line if it is not running or its files are damaged."""
     name = check_lab_name(name, "--lab")
     if not state_dir(name).exists():
@@ -50,7 +50,7 @@ def open_lab(name: str) -> tuple[Runtime, dict[str, dict]]:
     return rt, load_cfgs(rt)
 
 
-def adopt(clab_file: str, progress=None) -> tuple[Runtime, dict[str, dict]]:
+def adopt(clab_file: str, progress=None) -> tuple[Runtime, dict[str, NodeConfig]]:
     """A lab that ``containerlab deploy -t <lab>.clab.yml`` brought up by itself (its nodes configure
     themselves), taken into hpnlab's care: its state points at the generated folder (where each node's
     run/ directory holds its boot and agent status), so verify, status, faults, probes, experiments and
@@ -77,7 +77,7 @@ def adopt(clab_file: str, progress=None) -> tuple[Runtime, dict[str, dict]]:
                              f"{missing[0]}): 'containerlab deploy -t {path}' first")
     st = rt.state.data
     st.runtime, st.config, st.started, st.clab_topology = "clab", str(folder), time.time(), str(path)
-    st.host_driver = host_driver(next((c.get("driver") or "auto" for c in cfgs.values() if c["role"] == "host"),
+    st.host_driver = host_driver(next((c.driver or "auto" for c in cfgs.values() if c.role == "host"),
                                       "auto"), kernel.has("bonding"))
     st.netns = [rt.netns(n) for n in cfgs]
     rt.state.dir.mkdir(parents=True, exist_ok=True)
@@ -93,11 +93,11 @@ def _running_hint() -> str:
     return f" (running: {', '.join(labs)})" if labs else " (no lab is running: 'hpnlab up')"
 
 
-def load_cfgs(rt: Runtime) -> dict[str, dict]:
+def load_cfgs(rt: Runtime) -> dict[str, NodeConfig]:
     return load_nodes(rt.config_dir)[1]
 
 
-def wait_healthy(rt: Runtime, cfgs: dict[str, dict], timeout: float, progress) -> list[dict]:
+def wait_healthy(rt: Runtime, cfgs: dict[str, NodeConfig], timeout: float, progress) -> list[dict]:
     """Poll verify until every check passes or the deadline; report progress when it changes."""
     deadline = time.monotonic() + timeout
     last = None
@@ -116,7 +116,7 @@ def wait_healthy(rt: Runtime, cfgs: dict[str, dict], timeout: float, progress) -
 
 
 def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress=None,
-             keep: bool = False) -> tuple[Runtime, dict[str, dict], list[dict]]:
+             keep: bool = False) -> tuple[Runtime, dict[str, NodeConfig], list[dict]]:
     """Render, deploy and wait until healthy; roll everything back on error, Ctrl-C or (unless keep)
     an unhealthy lab. Returns the runtime, the node configs and the last verify result."""
     progress = progress or Progress(quiet=True)

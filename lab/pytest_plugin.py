@@ -133,8 +133,8 @@ def _hpnlab_per_test(request):
     if request.config.getoption("--hpnlab-pcap"):
         pcap_dir.mkdir(parents=True, exist_ok=True)
         for h in lab.hosts:
-            for i in lab.cfgs[h]["interfaces"]:
-                caps.append(Capture(lab.runtime, lab.cfgs, h, i["name"], pcap_dir / f"{h}-{i['name']}.pcap"))
+            for i in lab.cfgs[h].iface_names:
+                caps.append(Capture(lab.runtime, lab.cfgs, h, i, pcap_dir / f"{h}-{i}.pcap"))
     yield
     for c in caps:
         try:

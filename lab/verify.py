@@ -11,6 +11,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from hpnlab.errors import RuntimeFailure
+from hpnlab.models import NodeConfig
 from hpnlab.runtime.base import Runtime
 
 HEARTBEAT_MAX_AGE = 3.0
@@ -36,11 +37,11 @@ def read_status(rt: Runtime, node: str) -> dict | None:
     return rt.read_status(node)
 
 
-def bonded(rt: Runtime, cfg: dict) -> bool:
-    return cfg["role"] == "host" and rt.state.data.host_driver == "bond"
+def bonded(rt: Runtime, cfg: NodeConfig) -> bool:
+    return cfg.role == "host" and rt.state.data.host_driver == "bond"
 
 
-def check_config(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+def check_config(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
     """What the spec's 'hash' and 'links' say, read back from each node's kernel: its multipath hash
     policy and seed, and a tbf with the spec's rate and queue on every shaped interface."""
     # Keys this kernel lacks were left out of the plan (hpnlab.kernel; the lab's notes say what that costs).
@@ -50,13 +51,13 @@ def check_config(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     def one(item) -> dict:
         n, c = item
         problems = []
-        mine = [k for k in keys if k in c["sysctls"]]  # hosts keep the kernel's default hash fields
+        mine = [k for k in keys if k in c.sysctls]  # hosts keep the kernel's default hash fields
         r = rt.run(n, ["sysctl", "-n", *mine], check=False, timeout=10)
         have = r.stdout.split()
-        want = [str(c["sysctls"][k]) for k in mine]
+        want = [str(c.sysctls[k]) for k in mine]
         if have != want:
             problems.append(f"hash policy/seed/fields {' '.join(have) or '?'}, spec says {' '.join(want)}")
-        shaped = {i["name"]: i["shape"] for i in c["interfaces"] if i.get("shape")}
+        shaped = {i.name: i.shape for i in c.interfaces if i.shape}
         if shaped:
             r = rt.run(n, ["tc", "-j", "qdisc", "show"], check=False, timeout=10)
             try:
@@ -82,10 +83,10 @@ def check_config(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     return pmap(one, cfgs.items())
 
 
-def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+def check_agents(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
     out = []
     for n, c in cfgs.items():
-        if c["role"] not in ("tor", "host"):
+        if c.role not in ("tor", "host"):
             continue
         st = read_status(rt, n)
         alive, what = rt.agent_alive(n)
@@ -108,10 +109,10 @@ def check_agents(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     return out
 
 
-def check_lacp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+def check_lacp(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
     out = []
     for n, c in cfgs.items():
-        if c["role"] != "host" or not c["mechanisms"]["lacp"]:
+        if c.role != "host" or not c.mechanisms["lacp"]:
             continue
         if bonded(rt, c):
             out.append(check_bond(rt, n, c))
@@ -125,7 +126,7 @@ def check_lacp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
                 if p["mux"] != "collecting_distributing" or pr is None:
                     problems.append(f"{p['iface']} {p['mux']} (rx {p['rx']})")
                     continue
-                if (c.get("micro_bfd") or {}).get("enabled") and (p.get("micro_bfd") or {}).get("state") != "up":
+                if (c.micro_bfd or {}).get("enabled") and (p.get("micro_bfd") or {}).get("state") != "up":
                     problems.append(f"{p['iface']} micro-BFD {(p.get('micro_bfd') or {}).get('state', 'not running')}")
                     continue
                 partners.add((pr["system"], pr["key"]))
@@ -139,13 +140,13 @@ def check_lacp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     return out
 
 
-def check_bond(rt: Runtime, node: str, cfg: dict) -> dict:
+def check_bond(rt: Runtime, node: str, cfg: NodeConfig) -> dict:
     """Kernel 802.3ad host: both slaves in one aggregator whose partner is the shared virtual system."""
     from hpnlab.nodesetup import bond_name, parse_bonding
 
     problems, parts = [], []
-    for nic in cfg["nics"]:
-        b = bond_name(nic["rail"])
+    for nic in cfg.nics:
+        b = bond_name(nic.rail)
         slaves = parse_bonding(rt.run(node, ["cat", f"/proc/net/bonding/{b}"], check=False).stdout)
         aggs = {s.get("aggregator") for s in slaves}
         systems = {s.get("partner_system") for s in slaves}
@@ -158,11 +159,11 @@ def check_bond(rt: Runtime, node: str, cfg: dict) -> dict:
     return _check(f"lacp {node}", not problems, "; ".join(problems) or " ".join(parts))
 
 
-def check_bgp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
-    routers = [n for n, c in cfgs.items() if c["role"] != "host"]
+def check_bgp(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
+    routers = [n for n, c in cfgs.items() if c.role != "host"]
 
     def one(n: str) -> dict:
-        want = len(cfgs[n]["fabric_ifaces"])
+        want = len(cfgs[n].fabric_ifaces)
         data = rt.vtysh_json(n, "show bgp summary json", timeout=VTYSH_TIMEOUT)
         if not isinstance(data, dict):
             return _check(f"bgp {n}", False, f"bgpd not answering (within {VTYSH_TIMEOUT:g} s)")
@@ -173,14 +174,14 @@ def check_bgp(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     return pmap(one, routers)
 
 
-def expected_prefixes(cfgs: dict[str, dict]) -> set[str]:
+def expected_prefixes(cfgs: dict[str, NodeConfig]) -> set[str]:
     """Every set subnet and (with host routes on) every host /32: each set has one ToR in each plane,
     so in dual-plane and Clos alike every agg and core must know them all. Without ARP duplication
     only the ToR that saw a host's ARP has its /32, so /32s are not required then (that is the ablation)."""
-    want = {c["subnet"] for c in cfgs.values() if c["role"] == "tor"}
+    want = {c.subnet for c in cfgs.values() if c.role == "tor"}
     for c in cfgs.values():
-        if c["role"] == "host" and c["mechanisms"]["host_routes"] and c["mechanisms"]["arp_duplication"]:
-            want |= {f"{nic['ip']}/32" for nic in c["nics"]}
+        if c.role == "host" and c.mechanisms["host_routes"] and c.mechanisms["arp_duplication"]:
+            want |= {f"{nic.ip}/32" for nic in c.nics}
     return want
 
 
@@ -199,10 +200,10 @@ def kernel_routes(rt: Runtime, node: str) -> set[str]:
     return out
 
 
-def check_routes(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+def check_routes(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
     out = []
     for n, c in cfgs.items():
-        if c["role"] not in ("agg", "core"):
+        if c.role not in ("agg", "core"):
             continue
         want = expected_prefixes(cfgs)
         have = kernel_routes(rt, n)
@@ -214,7 +215,7 @@ def check_routes(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     return out
 
 
-def check_reachability(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
+def check_reachability(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
     """All-pairs ping per rail, sent by one prober per host (hpnlab.node.reach: every peer at once, so
     N processes for N hosts, not N^2 pings). Ablated labs are held to what their mechanisms allow:
     without the ARP proxy same-subnet pairs cannot talk (L2 broadcast is off), and without ARP
@@ -222,18 +223,18 @@ def check_reachability(rt: Runtime, cfgs: dict[str, dict]) -> list[dict]:
     not required."""
     import sys
 
-    hosts = [c for c in cfgs.values() if c["role"] == "host"]
-    mech = hosts[0]["mechanisms"] if hosts else {}
-    subnet = {nic["ip"]: nic["subnet"] for h in hosts for nic in h["nics"]}
-    rails = sorted({nic["rail"] for h in hosts for nic in h["nics"]})
+    hosts = [c for c in cfgs.values() if c.role == "host"]
+    mech = hosts[0].mechanisms if hosts else {}
+    subnet = {nic.ip: nic.subnet for h in hosts for nic in h.nics}
+    rails = sorted({nic.rail for h in hosts for nic in h.nics})
     by_host: dict[str, list[tuple[int, str, str]]] = {}
     for rail in rails:
         for a in hosts:
-            src = next(nic["ip"] for nic in a["nics"] if nic["rail"] == rail)
+            src = a.nic(rail).ip
             for b in hosts:
-                dst = next(nic["ip"] for nic in b["nics"] if nic["rail"] == rail)
+                dst = b.nic(rail).ip
                 if b is not a and (mech.get("arp_proxy", True) or subnet[src] != subnet[dst]):
-                    by_host.setdefault(a["name"], []).append((rail, src, dst))
+                    by_host.setdefault(a.name, []).append((rail, src, dst))
 
     def probe(item):
         node, pairs = item
@@ -263,7 +264,7 @@ STAGES = [("config", check_config), ("agents", check_agents), ("lacp", check_lac
           ("reachability", check_reachability)]
 
 
-def verify(rt: Runtime, cfgs: dict[str, dict], stop_at_failure: bool = True) -> list[dict]:
+def verify(rt: Runtime, cfgs: dict[str, NodeConfig], stop_at_failure: bool = True) -> list[dict]:
     checks: list[dict] = []
     for _stage, fn in STAGES:
         res = fn(rt, cfgs)

@@ -98,7 +98,7 @@ def test_bad_access_option_values_name_the_field(data, field):
 def test_options_reach_the_agents_node_json():
     c = node_configs(parse_spec({"name": "x", "holddown": {"enabled": True, "max_s": 12},
                                  "micro_bfd": {"enabled": True, "interval_ms": 50}}))
-    tor, host = c["s0r0a"], c["s0h0"]
+    tor, host = c["s0r0a"].plain(), c["s0h0"].plain()  # what the agents read
     assert tor["holddown"] == {"enabled": True, "max_s": 12.0}
     assert tor["remote_subnets"] == ["10.0.2.0/24"]  # the other set of rail 0 (segment 1)
     assert tor["micro_bfd"]["interval_ms"] == 50 == host["micro_bfd"]["interval_ms"]

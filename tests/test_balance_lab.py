@@ -36,9 +36,9 @@ def test_capacity_and_hash_are_in_the_kernel_and_verify_checks_them(lab):
     qd = json.loads(lab.exec("s0r0a", "tc", "-j", "qdisc", "show", "dev", "h0p0", check=True).stdout)
     assert qd[0]["kind"] == "tbf" and qd[0]["options"]["rate"] * 8 == 20_000_000
     seed = lab.exec("agg0-0", "sysctl", "-n", "net.ipv4.fib_multipath_hash_seed", check=True).stdout.strip()
-    assert int(seed) == lab.cfgs["agg0-0"]["sysctls"]["net.ipv4.fib_multipath_hash_seed"]
+    assert int(seed) == lab.cfgs["agg0-0"].sysctls["net.ipv4.fib_multipath_hash_seed"]
     # same seed on every switch (seed: shared), a different one on each host
-    seeds = {n: lab.cfgs[n]["sysctls"]["net.ipv4.fib_multipath_hash_seed"] for n in lab.nodes}
+    seeds = {n: lab.cfgs[n].sysctls["net.ipv4.fib_multipath_hash_seed"] for n in lab.nodes}
     assert len({seeds[n] for n in lab.routers}) == 1
     assert len({seeds[n] for n in lab.hosts}) == len(lab.hosts)
     # verify notices a switch whose seed is not the spec's, and a link end whose tbf is gone
@@ -63,10 +63,11 @@ def test_path_map_reaches_the_far_tor_and_dual_plane_keeps_each_flow_in_its_plan
     rows = balance.complete(pathmap)
     assert len(rows) >= 0.95 * len(pathmap)  # every hop of (almost) every probe answered
     # ToRs carry their plane in node.json; an agg's is in its name (agg<plane>-<i>)
-    plane = {n: c.get("plane", int(n[3]) if n.startswith("agg") else None) for n, c in lab.cfgs.items()}
+    plane = {n: c.plane if c.plane is not None else (int(n[3]) if n.startswith("agg") else None)
+             for n, c in lab.cfgs.items()}
     for r in rows:
         assert plane[r["tor"]] == plane[r["agg"]] == plane[r["dst_tor"]], r  # port 0 stays in plane 0
-        assert r["dst_tor"] in lab.cfgs[r["dst"]]["nics"][0]["tors"]
+        assert r["dst_tor"] in lab.cfgs[r["dst"]].nics[0].tors
     # the map is a function: probing the same 5-tuples again gives the same paths
     again = balance.probe_map(lab.runtime, lab.cfgs, 0, 4, 5300, "tcp")
     first = {(r["src"], r["dst"], r["sport"]): r for r in pathmap}

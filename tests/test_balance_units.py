@@ -45,29 +45,29 @@ def test_bad_capacity_and_hash_fields_name_the_field(data, field):
 def test_every_link_end_of_a_class_is_shaped_and_others_are_not():
     cfgs = _cfgs(links={"access": {"rate_mbit": 20, "queue_kb": 128}})
     for c in cfgs.values():
-        for i in c["interfaces"]:
-            assert (i.get("shape") is not None) == (i["kind"] == "access")
-    tor = cfgs["s0r0a"]
+        for i in c.interfaces:
+            assert (i.shape is not None) == (i.kind == "access")
+    tor = cfgs["s0r0a"].plain()  # the node's own plan reads its node.json
     lines = capacity.tc_batch(tor)
     assert len(lines) == 4 and all("tbf rate 20000kbit" in ln and "limit 131072" in ln for ln in lines)
-    assert capacity.tc_batch(cfgs["agg0-0"]) == []
+    assert capacity.tc_batch(cfgs["agg0-0"].plain()) == []
 
 
 def test_seeds_shared_per_switch_and_fixed():
     key = "net.ipv4.fib_multipath_hash_seed"
-    routers = lambda c: {n: v["sysctls"][key] for n, v in c.items() if v["role"] != "host"}  # noqa: E731
+    routers = lambda c: {n: v.sysctls[key] for n, v in c.items() if v.role != "host"}  # noqa: E731
     assert len(set(routers(_cfgs()).values())) == 1
     per = routers(_cfgs(hash={"seed": "per-switch"}))
     assert len(set(per.values())) == len(per)
     assert set(routers(_cfgs(hash={"seed": 99, "policy": "l3"})).values()) == {99}
     # switches: policy 3 (custom fields: the packet is always dissected, never the sender's skb hash)
-    sw = _cfgs(hash={"policy": "l3"})["agg0-0"]["sysctls"]
+    sw = _cfgs(hash={"policy": "l3"})["agg0-0"].sysctls
     assert sw["net.ipv4.fib_multipath_hash_policy"] == 3 and sw["net.ipv4.fib_multipath_hash_fields"] == 0x03
-    assert _cfgs()["agg0-0"]["sysctls"]["net.ipv4.fib_multipath_hash_fields"] == 0x37
-    hosts = [v["sysctls"] for v in _cfgs().values() if v["role"] == "host"]
+    assert _cfgs()["agg0-0"].sysctls["net.ipv4.fib_multipath_hash_fields"] == 0x37
+    hosts = [v.sysctls for v in _cfgs().values() if v.role == "host"]
     assert all(h["net.ipv4.fib_multipath_hash_policy"] == 1 for h in hosts)  # the NIC hashes on L4 always
     assert len({h[key] for h in hosts}) == len(hosts) and all(h[key] for h in hosts)
-    assert _cfgs()["agg0-0"]["sysctls"][key] == _cfgs()["agg0-0"]["sysctls"][key]  # never random
+    assert _cfgs()["agg0-0"].sysctls[key] == _cfgs()["agg0-0"].sysctls[key]  # never random
 
 
 @pytest.mark.parametrize("text, kbit", [("100mbit", 100_000), ("500kbit", 500), ("1gbit", 1_000_000), ("20", 20_000),
@@ -98,16 +98,16 @@ def synthetic_map(cfgs: dict, pool: int, seed: int = 3) -> list[dict]:
     rng = random.Random(seed)
     rows = []
     for src in balance.hosts_of(cfgs):
-        nic = cfgs[src]["nics"][0]
+        nic = cfgs[src].nics[0]
         for dst in balance.peers(cfgs, src):
-            dtors = cfgs[dst]["nics"][0]["tors"]
+            dtors = cfgs[dst].nics[0].tors
             for sp in range(pool):
                 p = rng.randrange(2)
-                tor = nic["tors"][p]
-                aggs = [i["peer"] for i in cfgs[tor]["interfaces"] if i["kind"] == "uplink"]
+                tor = nic.tors[p]
+                aggs = [i.peer for i in cfgs[tor].interfaces if i.kind == "uplink"]
                 agg = rng.choice(aggs)
-                far = [t for t in dtors if any(i["peer"] == t for i in cfgs[agg]["interfaces"])]
-                rows.append({"src": src, "dst": dst, "sport": 30000 + sp, "port": nic["ports"][p], "tor": tor,
+                far = [t for t in dtors if any(i.peer == t for i in cfgs[agg].interfaces)]
+                rows.append({"src": src, "dst": dst, "sport": 30000 + sp, "port": nic.ports[p], "tor": tor,
                              "agg": agg, "dst_tor": rng.choice(far)})
     return rows
 

@@ -4,6 +4,7 @@ restored by the last lab (no root: a stand-in /proc/sys/net tree)."""
 import json
 
 from hpnlab import neightable
+from hpnlab.models import NodeConfig
 from hpnlab.render import render
 from hpnlab.spec import load_spec
 from hpnlab.topology import build
@@ -12,7 +13,7 @@ from hpnlab.topology import build
 def rendered(spec):
     files = render(build(spec))
     topo = json.loads(files["topology.json"])
-    cfgs = {n["name"]: json.loads(files[f"{n['name']}/node.json"]) for n in topo["nodes"]}
+    cfgs = {n["name"]: NodeConfig.model_validate_json(files[f"{n['name']}/node.json"]) for n in topo["nodes"]}
     return topo, cfgs
 
 

@@ -151,9 +151,9 @@ def test_each_fault_acts_and_reverts_without_trace(lab, hpnlab_lab, fd):
         assert rec["label"] == f.label and rec["applied"] <= time.time()
         assert [x.kind for x in rt.state.data.faults] == [f.kind]  # recorded for --clear
         if f.kind == "link-down":
-            peer = next(i for i in cfgs[f.node]["interfaces"] if i["name"] == f.iface)
-            assert poll(lambda: "NO-CARRIER" in nsexec(lab, peer["peer"], "ip", "link", "show",
-                                                      peer["peer_iface"]).stdout, 3)
+            peer = cfgs[f.node].iface(f.iface)
+            assert poll(lambda: "NO-CARRIER" in nsexec(lab, peer.peer, "ip", "link", "show",
+                                                      peer.peer_iface).stdout, 3)
         elif f.kind in ("one-way", "lacp-drop"):
             t = nsexec(lab, f.node, "nft", "list", "tables").stdout
             assert "hpnlab_fault" in t
@@ -165,8 +165,8 @@ def test_each_fault_acts_and_reverts_without_trace(lab, hpnlab_lab, fd):
             assert rt.vtysh_json(f.node, "show bgp summary json")["ipv4Unicast"]["peers"]["agg1-0"]["state"] \
                 == "Established"
         elif f.kind == "power-off":
-            assert all("NO-CARRIER" in nsexec(lab, i["peer"], "ip", "link", "show", i["peer_iface"]).stdout
-                       for i in cfgs[f.node]["interfaces"])
+            assert all("NO-CARRIER" in nsexec(lab, i.peer, "ip", "link", "show", i.peer_iface).stdout
+                       for i in cfgs[f.node].interfaces)
         elif f.kind == "bgp-shutdown":
             def down():
                 s = rt.vtysh_json(f.node, "show bgp summary json") or {}

@@ -184,13 +184,13 @@ def test_launch_plan_puts_every_process_in_the_right_node(tmp_path):
     roles = [(p["role"], p["node"]) for p in procs]
     assert ("receiver", "s1h0") in roles and ("sender", "s0h0") in roles
     ranks = [p for p in procs if p["role"] == "allreduce"]
-    assert [p["node"] for p in ranks] == sorted(n for n, c in plan.cfgs.items() if c["role"] == "host")
+    assert [p["node"] for p in ranks] == sorted(n for n, c in plan.cfgs.items() if c.role == "host")
     for p in procs:
         assert p["argv"][0] == sys.executable and "--start-at" in p["argv"]
         # addresses only from the lab's own hosts
         for a in p["argv"]:
             if a.count(".") == 3 and a[0].isdigit() and not a.startswith("1000"):
-                assert a in {n["ip"] for c in plan.cfgs.values() if c["role"] == "host" for n in c["nics"]}, a
+                assert a in {n.ip for c in plan.cfgs.values() if c.role == "host" for n in c.nics}, a
     ports = [p["argv"][p["argv"].index("--port") + 1] for p in procs if p["role"] == "receiver"]
     assert len(set(ports)) == len(ports)
 

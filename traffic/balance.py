@@ -44,7 +44,7 @@ def probe_map(rt, cfgs: dict, rail: int, pool: int, dport: int, proto: str = "tc
 
 
 def hosts_of(cfgs: dict) -> list[str]:
-    return sorted(n for n, c in cfgs.items() if c["role"] == "host")
+    return sorted(n for n, c in cfgs.items() if c.role == "host")
 
 
 def peers(cfgs: dict, src: str) -> list[str]:
@@ -53,7 +53,7 @@ def peers(cfgs: dict, src: str) -> list[str]:
 
 
 def segment(cfgs: dict, host: str) -> int:
-    return cfgs[cfgs[host]["nics"][0]["tors"][0]]["segment"]
+    return cfgs[cfgs[host].nics[0].tors[0]].segment
 
 
 def complete(rows: list[dict]) -> list[dict]:
@@ -70,20 +70,20 @@ def links_of(row: dict) -> list[tuple[str, str, str]]:
 def groups(cfgs: dict, rail: int = 0) -> dict[tuple[str, str], list[tuple[str, str, str]]]:
     """Equal-cost link groups by (tier, owner), from the topology (not from what flows happened to use)."""
     out: dict[tuple[str, str], list] = {}
-    tors = {n: c for n, c in cfgs.items() if c["role"] == "tor" and c["rail"] == rail}
+    tors = {n: c for n, c in cfgs.items() if c.role == "tor" and c.rail == rail}
     for h in hosts_of(cfgs):
-        nic = next(n for n in cfgs[h]["nics"] if n["rail"] == rail)
-        out[("host-up", h)] = [("host-up", h, t) for t in nic["tors"]]
-        out[("tor-down", h)] = [("tor-down", t, h) for t in nic["tors"]]
+        nic = cfgs[h].nic(rail)
+        out[("host-up", h)] = [("host-up", h, t) for t in nic.tors]
+        out[("tor-down", h)] = [("tor-down", t, h) for t in nic.tors]
     for t, c in tors.items():
-        out[("tor-up", t)] = [("tor-up", t, i["peer"]) for i in c["interfaces"] if i["kind"] == "uplink"]
+        out[("tor-up", t)] = [("tor-up", t, i.peer) for i in c.interfaces if i.kind == "uplink"]
     for a, c in cfgs.items():
-        if c["role"] != "agg":
+        if c.role != "agg":
             continue
         by_set: dict[str, list] = {}
-        for i in c["interfaces"]:
-            if i["peer"] in tors:
-                by_set.setdefault(tors[i["peer"]]["subnet"], []).append(("agg-down", a, i["peer"]))
+        for i in c.interfaces:
+            if i.peer in tors:
+                by_set.setdefault(tors[i.peer].subnet, []).append(("agg-down", a, i.peer))
         for subnet, lks in by_set.items():
             out[("agg-down", f"{a}>{subnet}")] = lks
     return out

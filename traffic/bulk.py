@@ -43,7 +43,7 @@ def result(plan, run_dir: Path) -> dict:
             continue
         got, pred, peak = [], [], []
         for _t, tor, host in lks:
-            ifc = next(i["name"] for i in cfgs[tor]["interfaces"] if i["peer"] == host)
+            ifc = next(i.name for i in cfgs[tor].interfaces if i.peer == host)
             s = stats.get(tor, {}).get("ifaces", {}).get(ifc)
             got.append(s["bytes"][-1] - s["bytes"][0] if s and s["bytes"] else 0)
             peak.append(max(s["backlog"]) if s and s["backlog"] else 0)
@@ -88,9 +88,8 @@ def _same_side(v: dict) -> bool:
 def _series(stats: dict, cfgs: dict, nic_owner: str, t0: float) -> dict:
     """The hot NIC's two ToR ports over time: Mbit/s and backlog (KB), for the Fig. 13/14 style plot."""
     out = {}
-    nic = next(n for n in cfgs[nic_owner]["nics"])
-    for tor in nic["tors"]:
-        ifc = next(i["name"] for i in cfgs[tor]["interfaces"] if i["peer"] == nic_owner)
+    for tor in cfgs[nic_owner].nics[0].tors:
+        ifc = next(i.name for i in cfgs[tor].interfaces if i.peer == nic_owner)
         s = stats.get(tor, {})
         ts, by, bl = s.get("t", []), s.get("ifaces", {}).get(ifc, {}).get("bytes", []), \
             s.get("ifaces", {}).get(ifc, {}).get("backlog", [])

@@ -5,13 +5,13 @@ and interface of its variant's lab), so a typo fails in a second with one line, 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hpnlab.errors import SpecError
+from hpnlab.models import NodeConfig
 from hpnlab.paths import data_dir
 from hpnlab.spec import Spec, _field_path, merge, parse_spec, read_yaml
 from hpnlab.traffic import faults as faultmod
@@ -99,17 +99,17 @@ class ExperimentFile(_Strict):
 class Plan:
     """One variant, fully resolved: its lab spec, node configs, probes, workload and faults."""
 
-    def __init__(self, name: str, description: str, spec: Spec, overrides: dict, cfgs: dict[str, dict],
+    def __init__(self, name: str, description: str, spec: Spec, overrides: dict, cfgs: dict[str, NodeConfig],
                  probes: list[Probe], workload: Workload, faults: list[faultmod.Fault]):
         self.name, self.description, self.spec, self.overrides = name, description, spec, overrides
         self.cfgs, self.probes, self.workload, self.faults = cfgs, probes, workload, faults
         self.flows: list[dict] = []  # elephant workload: this repetition's flows (from the path map)
 
     def host_ip(self, host: str, rail: int) -> str:
-        return next(n["ip"] for n in self.cfgs[host]["nics"] if n["rail"] == rail)
+        return self.cfgs[host].nic(rail).ip
 
     def ring(self) -> list[str]:
-        return self.workload.hosts or sorted(n for n, c in self.cfgs.items() if c["role"] == "host")
+        return self.workload.hosts or sorted(n for n, c in self.cfgs.items() if c.role == "host")
 
 
 class Experiment:
@@ -121,12 +121,12 @@ class Experiment:
         return self.doc.name
 
 
-def node_configs(spec: Spec) -> dict[str, dict]:
+def node_configs(spec: Spec) -> dict[str, NodeConfig]:
     """The node.json of every node, exactly as a deploy renders them (pure)."""
     from hpnlab import render, topology
 
     files = render.render(topology.build(spec))
-    return {p.split("/")[0]: json.loads(t) for p, t in files.items() if p.endswith("/node.json")}
+    return {p.split("/")[0]: NodeConfig.model_validate_json(t) for p, t in files.items() if p.endswith("/node.json")}
 
 
 def find(name: str | Path) -> Path:

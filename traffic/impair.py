@@ -12,6 +12,7 @@ import math
 
 from hpnlab import capacity, kernel
 from hpnlab.errors import RuntimeFailure, SpecError
+from hpnlab.models import Interface
 from hpnlab.runtime.base import Runtime
 
 KEYS = {"rate": "egress rate, e.g. 10mbit, 500kbit, 1gbit",
@@ -67,14 +68,14 @@ def _number(key: str, text: str) -> float:
     return v
 
 
-def _iface(cfgs: dict, node: str, iface: str) -> dict:
+def _iface(cfgs: dict, node: str, iface: str) -> Interface:
     if node not in cfgs:
         raise SpecError(f"impair node: '{node}' is not in the lab; nodes: {', '.join(sorted(cfgs))}")
-    for i in cfgs[node]["interfaces"]:
-        if i["name"] == iface:
-            return i
-    raise SpecError(f"impair iface: '{iface}' is not an interface of {node}; it has "
-                    f"{', '.join(i['name'] for i in cfgs[node]['interfaces'])}")
+    found = cfgs[node].iface(iface)
+    if found is None:
+        raise SpecError(f"impair iface: '{iface}' is not an interface of {node}; it has "
+                        f"{', '.join(cfgs[node].iface_names)}")
+    return found
 
 
 def table(iface: str) -> str:
@@ -92,7 +93,7 @@ def apply(rt: Runtime, cfgs: dict, node: str, iface: str, settings: dict) -> dic
     now = {**st.impairments.get(key, {}), **settings}
     st.impairments[key] = now
     rt.state.save()  # recorded first: a crash half-way still leaves the recipe for --clear
-    shape = ifc.get("shape") or {}
+    shape = ifc.shape or {}
     rate = now.get("rate_kbit", shape.get("rate_kbit"))
     queue = now.get("queue_bytes", shape.get("queue_bytes", DEFAULT_QUEUE_KB * 1024))
     if rate:
@@ -129,9 +130,9 @@ def netem_available(rt: Runtime, node: str) -> bool:
 def restore(rt: Runtime, cfgs: dict, node: str, iface: str) -> None:
     """What the spec says for this link end: its tbf (or no qdisc), no loss table."""
     ifc = _iface(cfgs, node, iface)
-    if ifc.get("shape"):
+    if ifc.shape:
         rt.run(node, ["tc", "qdisc", "replace", "dev", iface, "root", "handle", "1:",
-                      *capacity.tbf_args(ifc["shape"])], check=False)
+                      *capacity.tbf_args(ifc.shape)], check=False)
     else:
         rt.run(node, ["tc", "qdisc", "del", "dev", iface, "root"], check=False)
     rt.run(node, ["nft", "delete", "table", "netdev", table(iface)], check=False)

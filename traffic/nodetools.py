@@ -12,30 +12,30 @@ import sys
 from pathlib import Path
 
 from hpnlab.errors import RuntimeFailure, SpecError
+from hpnlab.models import Nic, NodeConfig
 from hpnlab.proc import run
 from hpnlab.runtime.base import Runtime
 
 
-def node_cfg(cfgs: dict, node: str, role: str | None = None) -> dict:
+def node_cfg(cfgs: dict[str, NodeConfig], node: str, role: str | None = None) -> NodeConfig:
     if node not in cfgs:
         raise SpecError(f"node '{node}' is not in the lab; nodes: {', '.join(sorted(cfgs))}")
-    if role and cfgs[node]["role"] != role:
-        raise SpecError(f"node '{node}' is a {cfgs[node]['role']}; give a {role}")
+    if role and cfgs[node].role != role:
+        raise SpecError(f"node '{node}' is a {cfgs[node].role}; give a {role}")
     return cfgs[node]
 
 
-def node_iface(cfgs: dict, node: str, iface: str) -> dict:
+def node_iface(cfgs: dict[str, NodeConfig], node: str, iface: str) -> NodeConfig:
     cfg = node_cfg(cfgs, node)
-    ifaces = [i["name"] for i in cfg["interfaces"]]
-    if iface not in ifaces:
-        raise SpecError(f"iface '{iface}' is not an interface of {node}; it has {', '.join(ifaces)}")
+    if iface not in cfg.iface_names:
+        raise SpecError(f"iface '{iface}' is not an interface of {node}; it has {', '.join(cfg.iface_names)}")
     return cfg
 
 
-def nic_of(cfg: dict, rail: int) -> dict:
-    nic = next((n for n in cfg.get("nics", []) if n["rail"] == rail), None)
+def nic_of(cfg: NodeConfig, rail: int) -> Nic:
+    nic = cfg.nic(rail)
     if nic is None:
-        raise SpecError(f"rail: {rail} is not a rail of host {cfg['name']}")
+        raise SpecError(f"rail: {rail} is not a rail of host {cfg.name}")
     return nic
 
 
@@ -52,14 +52,14 @@ def path_map(rt: Runtime, cfgs: dict, src: str, dsts: list[str], rail: int = 0, 
     by, the agg, and the far ToR (TTL 1, 2, 3 probes through the kernel's own hash). One scapy run on
     the source host covers every destination. Rows: {src, dst, sport, port, tor, agg, dst_tor}."""
     snic = nic_of(node_cfg(cfgs, src, "host"), rail)
-    dips = {nic_of(node_cfg(cfgs, d, "host"), rail)["ip"]: d for d in dsts}
+    dips = {nic_of(node_cfg(cfgs, d, "host"), rail).ip: d for d in dsts}
     sports = sports or list(range(20000, 20016))
-    res = craft(rt, src, ["paths", "--src", snic["ip"], "--dst", ",".join(dips), "--gateway", snic["gateway"],
-                          "--sports", ",".join(map(str, sports)), "--ifaces", ",".join(snic["ports"]),
+    res = craft(rt, src, ["paths", "--src", snic.ip, "--dst", ",".join(dips), "--gateway", snic.gateway,
+                          "--sports", ",".join(map(str, sports)), "--ifaces", ",".join(snic.ports),
                           "--dport", str(dport), "--ttls", "1,2,3", "--proto", proto], timeout=timeout)
     by_dst = res.get("by_dst") or {next(iter(dips)): res["paths"]}
-    loop = {c["router_id"]: n for n, c in cfgs.items() if c["role"] != "host"}
-    port_tor = dict(zip(snic["ports"], snic["tors"]))
+    loop = {c.router_id: n for n, c in cfgs.items() if c.role != "host"}
+    port_tor = dict(zip(snic.ports, snic.tors))
     rows = []
     for dip, dst in dips.items():
         got = by_dst.get(dip, {})
@@ -77,17 +77,17 @@ def paths(rt: Runtime, cfgs: dict, src: str, dst: str, rail: int = 0, sports: li
     """Which ToR, agg and far ToR each source port takes from src to dst.
     Returns {"src", "dst", "dport", "proto", "paths": [{"sport", "tor", "agg", "dst_tor"}]}."""
     rows = path_map(rt, cfgs, src, [dst], rail, sports, dport, proto)
-    return {"src": nic_of(cfgs[src], rail)["ip"], "dst": nic_of(cfgs[dst], rail)["ip"], "dport": dport,
+    return {"src": nic_of(cfgs[src], rail).ip, "dst": nic_of(cfgs[dst], rail).ip, "dport": dport,
             "proto": proto, "paths": [{k: r[k] for k in ("sport", "tor", "agg", "dst_tor")} for r in rows]}
 
 
 def arp(rt: Runtime, cfgs: dict, node: str, iface: str, target: str) -> dict:
     """An ARP request out of one host port: who answers, with which MAC."""
     cfg = node_iface(cfgs, node, iface)
-    if cfg["role"] != "host":
+    if cfg.role != "host":
         raise SpecError("probe arp is sent from a host port; give a host node")
-    nic = next(n for n in cfg["nics"] if iface in n["ports"])
-    return craft(rt, node, ["arp", "--iface", iface, "--src-ip", nic["ip"], "--target", target])
+    nic = next(n for n in cfg.nics if iface in n.ports)
+    return craft(rt, node, ["arp", "--iface", iface, "--src-ip", nic.ip, "--target", target])
 
 
 def lacp(rt: Runtime, cfgs: dict, node: str, iface: str, wait: float = 3.0) -> dict:

@@ -141,8 +141,8 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
         rx = json.loads((run_dir / f"probe-{i}.rx.json").read_text())
         streams[pr.name] = measure.flows_of(pr.name, tx, rx)
         senders[pr.name], receivers[pr.name] = tx, rx
-    prefixes = {c["subnet"] for c in plan.cfgs.values() if c["role"] == "tor"} | \
-               {f"{nic['ip']}/32" for c in plan.cfgs.values() if c["role"] == "host" for nic in c["nics"]}
+    prefixes = {c.subnet for c in plan.cfgs.values() if c.role == "tor"} | \
+               {f"{nic.ip}/32" for c in plan.cfgs.values() if c.role == "host" for nic in c.nics}
     events = []
     for f in sorted(run_dir.glob("routes-*.log")):
         events += routemon.parse(f.read_text(), f.stem.removeprefix("routes-"), prefixes)

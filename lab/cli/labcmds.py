@@ -9,6 +9,7 @@ import sys
 
 from hpnlab import frr, runtime as runtimes, verify
 from hpnlab.errors import RuntimeFailure, SpecError
+from hpnlab.models import NodeConfig
 from hpnlab.orchestrate import adopt, bring_up, need_root, open_lab, resolve_lab, tear_down, wait_healthy
 from hpnlab.proc import pid_alive
 from hpnlab.progress import Progress
@@ -129,13 +130,13 @@ def status(args) -> int:
     containers = rt.inspect()  # the container engine's own view of the nodes, where there is one
     rows = []
     for n, c in cfgs.items():
-        row: dict = {"node": n, "role": c["role"], "netns": rt.netns(n)}
+        row: dict = {"node": n, "role": c.role, "netns": rt.netns(n)}
         oks = []
         if containers is not None:
             row["container"] = containers.get(n, {}).get("state", "missing")
             oks.append(row["container"] == "running")
-        if c["role"] != "host":
-            alive, want = daemons.get(rt.netns(n), []), len(frr.daemons(c["bfd"]))
+        if c.role != "host":
+            alive, want = daemons.get(rt.netns(n), []), len(frr.daemons(c.bfd))
             row["frr"] = f"{sum(alive)}/{want} daemons"
             bgp = verify.check_bgp(rt, {n: c})[0]
             row["bgp"] = bgp["detail"]
@@ -144,12 +145,12 @@ def status(args) -> int:
             row["agent"] = "ok" if ag["ok"] else ag["detail"]
             oks.append(ag["ok"])
         st = verify.read_status(rt, n) or {}
-        ports = st.get("ports", []) if c["role"] == "tor" else [p for nic in st.get("nics", []) for p in nic["ports"]]
-        if "agent" in row and c["mechanisms"]["lacp"]:
+        ports = st.get("ports", []) if c.role == "tor" else [p for nic in st.get("nics", []) for p in nic["ports"]]
+        if "agent" in row and c.mechanisms["lacp"]:
             cd = sum(p["mux"] == "collecting_distributing" for p in ports)
             row["lacp"] = f"{cd}/{len(ports)} ports C/D"
             oks.append(bool(ports) and cd == len(ports))
-        if c["role"] == "tor":
+        if c.role == "tor":
             row["host_routes"] = len(st.get("host_routes", {}))
         row["ok"] = all(oks)
         rows.append(row)
@@ -171,7 +172,7 @@ def status(args) -> int:
     return 0 if healthy else 1
 
 
-def _open_node(args, what: str) -> tuple[Runtime, dict[str, dict]]:
+def _open_node(args, what: str) -> tuple[Runtime, dict[str, NodeConfig]]:
     need_root(what)
     rt, cfgs = open_lab(resolve_lab(args.lab))
     if args.node not in cfgs:
@@ -182,7 +183,7 @@ def _open_node(args, what: str) -> tuple[Runtime, dict[str, dict]]:
 def _node_argv(args, argv: list[str]) -> list[str]:
     rt, cfgs = _open_node(args, "hpnlab exec")
     if argv and argv[0] == "vtysh":
-        if cfgs[args.node]["role"] == "host":
+        if cfgs[args.node].role == "host":
             raise SpecError(f"node '{args.node}' is a host: it runs no FRR")
         return rt.vtysh_argv(args.node, [], tty=sys.stdin.isatty()) + argv[1:]
     return rt.exec_argv(args.node, argv)

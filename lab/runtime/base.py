@@ -63,8 +63,9 @@ def running_labs() -> list[str]:
     return sorted(out)
 
 
-def load_nodes(config_dir: Path) -> tuple[dict, dict[str, dict]]:
-    """A rendered lab: topology.json and every node's node.json, each validated."""
+def load_nodes(config_dir: Path) -> tuple[dict, dict[str, NodeConfig]]:
+    """A rendered lab: topology.json and every node's node.json, each validated (the controller works on
+    the typed NodeConfig; ``cfg.plain()`` is the JSON the node reads)."""
     fix = "the lab's files are damaged; 'hpnlab down' and 'hpnlab up' again"
     path = config_dir / "topology.json"
     try:
@@ -74,8 +75,7 @@ def load_nodes(config_dir: Path) -> tuple[dict, dict[str, dict]]:
         raise StateError(f"{path} is missing: the lab is not running (or was removed)") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise StateError(f"{path} is damaged ({e.__class__.__name__}): {fix}") from None
-    cfgs = {n: load_json_model(NodeConfig, config_dir / n / "node.json", "node config", fix)
-            .model_dump(exclude_none=True) for n in names}
+    cfgs = {n: load_json_model(NodeConfig, config_dir / n / "node.json", "node config", fix) for n in names}
     return topo, cfgs
 
 
@@ -134,10 +134,10 @@ class Runtime:
             raise RuntimeFailure(f"network namespace '{sorted(taken)[0]}' already exists and is not this lab's: "
                                  f"remove it or choose another lab name")
 
-    def create_nodes(self, topo: dict, cfgs: dict[str, dict], progress: Progress) -> None:
+    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Progress) -> None:
         raise NotImplementedError
 
-    def start_frr(self, routers: list[str], cfgs: dict[str, dict]) -> None:
+    def start_frr(self, routers: list[str], cfgs: dict[str, NodeConfig]) -> None:
         raise NotImplementedError
 
     boot_poll = 0.2  # seconds between looks at the nodes' boot reports
@@ -174,7 +174,7 @@ class Runtime:
                 last = time.monotonic()
             time.sleep(self.boot_poll)
 
-    def start_agent(self, node: str, cfg: dict) -> None:
+    def start_agent(self, node: str, cfg: NodeConfig) -> None:
         raise NotImplementedError
 
     def destroy(self, progress: Progress) -> None:
@@ -216,7 +216,7 @@ class Runtime:
     def deploy(self, progress: Progress) -> None:
         topo, cfgs = load_nodes(self.config_dir)
         self.refuse_foreign(list(cfgs))
-        requested = next((c.get("driver", "auto") for c in cfgs.values() if c["role"] == "host"), "auto")
+        requested = next((c.driver or "auto" for c in cfgs.values() if c.role == "host"), "auto")
         self.driver = nodesetup.host_driver(requested, kernel.has("bonding"))
         st = self.state.data
         st.runtime, st.config, st.started, st.host_driver = self.name, str(self.config_dir), time.time(), self.driver
@@ -235,18 +235,19 @@ class Runtime:
         progress("configuring nodes (sysctls, addresses, nftables)")
         with ThreadPoolExecutor(max_workers=8) as ex:
             list(ex.map(lambda kv: self.configure_node(*kv), cfgs.items()))
-        routers = [n for n, c in cfgs.items() if c["role"] != "host"]
+        routers = [n for n, c in cfgs.items() if c.role != "host"]
         progress(f"starting FRR on {len(routers)} routers")
         self.start_frr(routers, cfgs)
         # With kernel bonds the bond speaks LACP and owns the routes; the hosts' agent only announces them.
-        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c, self.driver)]
+        agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c.plain(), self.driver)]
         progress(f"starting {len(agents)} agents")
         for n in agents:
             self.start_agent(n, cfgs[n])
 
-    def configure_node(self, node: str, cfg: dict) -> None:
+    def configure_node(self, node: str, cfg: NodeConfig) -> None:
         """Sysctls, addresses/bonds, link capacity, nftables, applied from outside through the node's namespace (so a
-        container needs no tools or capabilities for it)."""
+        container needs no tools or capabilities for it): the node's own plan (hpnlab.node.plan) on its node.json."""
+        cfg = cfg.plain()
         ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg, self.state.data.skip_sysctls).items()]
         self.run(node, ["sysctl", "-q", "-w", *ctl], what=f"{node}: sysctl")
         run(["ip", "-n", self.netns(node), "-batch", "-"],

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from hpnlab import frr
 from hpnlab.errors import RuntimeFailure
+from hpnlab.models import NodeConfig
 from hpnlab.proc import run
 from hpnlab.runtime.base import Progress, Runtime, register
 from hpnlab.runtime.channel import KubectlChannel
@@ -112,7 +113,7 @@ class C9sRuntime(Runtime):
     def objects_dir(self) -> Path:
         return self.config_dir / "c9s"
 
-    def create_nodes(self, topo: dict, cfgs: dict[str, dict], progress: Progress) -> None:
+    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Progress) -> None:
         if not self.objects_dir.is_dir():
             raise RuntimeFailure(f"{self.objects_dir} is missing: the lab was rendered without its clabernetes "
                                  f"objects")

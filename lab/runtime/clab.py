@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hpnlab import containers, frr
 from hpnlab.errors import RuntimeFailure
+from hpnlab.models import NodeConfig
 from hpnlab.proc import cmdline, is_node_process, kill_pids, run
 from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, register
 from hpnlab.runtime.netns import need_tools
@@ -144,7 +145,7 @@ class ClabRuntime(Runtime):
             raise RuntimeFailure(f"containers of a containerlab lab named '{self.lab}' already exist: "
                                  f"'containerlab destroy --name {self.lab}' or choose another lab name")
 
-    def create_nodes(self, topo: dict, cfgs: dict[str, dict], progress: Progress) -> None:
+    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Progress) -> None:
         self.state.data.clab_topology = str(self.topology_file)
         for n in cfgs:  # bound into the container: the agent's status and log land here
             self.node_run_dir(n).mkdir(parents=True, exist_ok=True)

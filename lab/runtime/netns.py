@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hpnlab import frr, nodesetup
 from hpnlab.errors import RuntimeFailure
+from hpnlab.models import NodeConfig
 from hpnlab.node.plan import MTU
 from hpnlab.proc import is_node_process, kill_pids, pid_alive, processes, run
 from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, register
@@ -74,7 +75,7 @@ class NetnsRuntime(Runtime):
         return frr.vtysh_argv(self.frr_dir(node), commands)
 
     # --- deploy ------------------------------------------------------------------------------------
-    def create_nodes(self, topo: dict, cfgs: dict[str, dict], progress: Progress) -> None:
+    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Progress) -> None:
         progress(f"creating {len(cfgs)} namespaces")
         run(["ip", "-batch", "-"], input="".join(f"netns add {self.netns(n)}\n" for n in cfgs),
             what="creating namespaces")
@@ -82,7 +83,7 @@ class NetnsRuntime(Runtime):
         run(["ip", "-batch", "-"], input="\n".join(link_batch(self.lab, topo["links"])) + "\n",
             what="creating veth links", timeout=300)
 
-    def start_frr(self, routers: list[str], cfgs: dict[str, dict]) -> None:
+    def start_frr(self, routers: list[str], cfgs: dict[str, NodeConfig]) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         shutil.chown(self.log_dir, "frr", "frr")
         self.state.data.frr_dirs = [str(self.frr_dir(n)) for n in routers]  # recorded once, before creation
@@ -114,11 +115,11 @@ class NetnsRuntime(Runtime):
                         p.kill()
             raise
 
-    def _launch_frr(self, routers: list[str], cfgs: dict[str, dict], launching: list) -> None:
+    def _launch_frr(self, routers: list[str], cfgs: dict[str, NodeConfig], launching: list) -> None:
         for daemon in frr.DAEMONS:  # each daemon on every router at once, in start order
             procs = []
             for n in routers:
-                if daemon not in frr.daemons(cfgs[n]["bfd"]):
+                if daemon not in frr.daemons(cfgs[n].bfd):
                     continue
                 argv = frr.launch_argv(daemon, self.netns(n), self.config_dir / n / "frr.conf",
                                        self.log_dir / f"{n}.{daemon}.log", self.frr_dir(n) / f"{daemon}.pid")
@@ -137,10 +138,10 @@ class NetnsRuntime(Runtime):
                         raise RuntimeFailure("zebra did not open its socket within 20 s; see " + str(self.log_dir))
                     time.sleep(0.05)
 
-    def start_agent(self, node: str, cfg: dict) -> None:
+    def start_agent(self, node: str, cfg: NodeConfig) -> None:
         self.status_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        module = nodesetup.agent_module(cfg, self.state.data.host_driver or "userspace")
+        module = nodesetup.agent_module(cfg.plain(), self.state.data.host_driver or "userspace")
         argv = [sys.executable, "-m", module, str(self.config_dir / node / "node.json"),
                 "--status", str(self.status_path(node))]
         with open(self.agent_log(node), "a") as log:

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 
 from hpnlab.errors import SpecError
-from hpnlab.models import FaultRecord, LabState
+from hpnlab.models import FaultRecord, LabState, NodeConfig
 from hpnlab.proc import cmdline
 from hpnlab.runtime.base import Runtime
 
@@ -37,7 +37,7 @@ class FaultKind:
     needs_iface = False  # a link fault: names the interface(s)
     uses_nft = False  # drops with an nftables netdev table: its name is in the undo recipe as "nft"
 
-    def check(self, f: "Fault", where: str, cfgs: dict[str, dict]) -> None:
+    def check(self, f: "Fault", where: str, cfgs: dict[str, NodeConfig]) -> None:
         pass
 
     def prepare(self, inj: "Injector", f: "Fault", fid: str) -> None:
@@ -50,7 +50,7 @@ class FaultKind:
         """How long the fault acts by itself (a flap's count x period); None: until reverted."""
         return None
 
-    def revert(self, rt: Runtime, d: dict, cfgs: dict[str, dict]) -> None:
+    def revert(self, rt: Runtime, d: dict, cfgs: dict[str, NodeConfig]) -> None:
         pass
 
 
@@ -99,7 +99,7 @@ class Fault:
                 "period": self.period, "count": self.count, "undo": self.undo}
 
 
-def parse(d: dict, where: str, cfgs: dict[str, dict] | None = None) -> Fault:
+def parse(d: dict, where: str, cfgs: dict[str, NodeConfig] | None = None) -> Fault:
     """One fault from YAML/CLI; errors name the field and the fix."""
     if not isinstance(d, dict):
         raise SpecError(f"{where}: must be a mapping like {{kind: link-down, node: s0h0, iface: r0p0, at: 2}}")
@@ -133,7 +133,7 @@ def parse(d: dict, where: str, cfgs: dict[str, dict] | None = None) -> Fault:
     if cfgs is not None:
         if node not in cfgs:
             raise SpecError(f"{where}.node: '{node}' is not in the lab; nodes: {', '.join(sorted(cfgs))}")
-        ifaces = [i["name"] for i in cfgs[node]["interfaces"]]
+        ifaces = cfgs[node].iface_names
         for ifc in f.ifaces:
             if ifc not in ifaces:
                 raise SpecError(f"{where}.iface: '{ifc}' is not an interface of {node}; it has {', '.join(ifaces)}")
@@ -162,7 +162,7 @@ def node_pids(rt: Runtime, node: str) -> list[int]:
 class Injector:
     """Applies faults to one lab and remembers how to undo each; ``revert_all`` is idempotent."""
 
-    def __init__(self, rt: Runtime, cfgs: dict[str, dict]):
+    def __init__(self, rt: Runtime, cfgs: dict[str, NodeConfig]):
         self.rt = rt
         self.cfgs = cfgs
         self.active: list[Fault] = []
@@ -187,7 +187,7 @@ class Injector:
             return []
 
     def ifaces(self, node: str) -> list[str]:
-        return [i["name"] for i in self.cfgs[node]["interfaces"]]
+        return self.cfgs[node].iface_names
 
     def link(self, node: str, iface: str, state: str) -> None:
         self.rt.run(node, ["ip", "link", "set", iface, state], what=f"{node}: {iface} {state}")
@@ -237,7 +237,7 @@ def send_signal(pid: int, sig: int) -> None:
         pass
 
 
-def revert_recorded(rt: Runtime, d: dict, cfgs: dict[str, dict]) -> None:
+def revert_recorded(rt: Runtime, d: dict, cfgs: dict[str, NodeConfig]) -> None:
     """Undo one recorded fault; safe to repeat (used after a crash too)."""
     node, undo = d["node"], d.get("undo", {})
     if d["kind"] in REGISTRY:
@@ -251,7 +251,7 @@ def revert_recorded(rt: Runtime, d: dict, cfgs: dict[str, dict]) -> None:
             send_signal(pid, signal.SIGCONT)
 
 
-def revert_state(rt: Runtime, cfgs: dict[str, dict]) -> int:
+def revert_state(rt: Runtime, cfgs: dict[str, NodeConfig]) -> int:
     """Undo every fault recorded in state.json (``hpnlab fail --clear``, or after a crashed run)."""
     recorded = [f.model_dump() for f in rt.state.data.faults]
     for d in reversed(recorded):

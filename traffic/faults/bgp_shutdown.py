@@ -17,12 +17,12 @@ class BgpShutdown(FaultKind):
     needs_iface = True
 
     def check(self, f, where, cfgs):
-        if cfgs[f.node]["role"] == "host":
+        if cfgs[f.node].role == "host":
             raise SpecError(f"{where}.node: {f.node} is a host and runs no BGP; pick a ToR, agg or core")
 
     def apply(self, inj, f):
-        run(_neighbors(inj.rt, f.node, inj.cfgs[f.node]["asn"], f.ifaces, no=False), what=f"{f.node}: vtysh")
+        run(_neighbors(inj.rt, f.node, inj.cfgs[f.node].asn, f.ifaces, no=False), what=f"{f.node}: vtysh")
 
     def revert(self, rt, d, cfgs):
         ifaces = [i for i in (d.get("iface") or "").split(",") if i]
-        run(_neighbors(rt, d["node"], cfgs[d["node"]]["asn"], ifaces, no=True), check=False)
+        run(_neighbors(rt, d["node"], cfgs[d["node"]].asn, ifaces, no=True), check=False)

@@ -12,7 +12,7 @@ class DataplaneDead(FaultKind):
             "(paper §4.1)")
 
     def check(self, f, where, cfgs):
-        if cfgs[f.node]["role"] == "host":
+        if cfgs[f.node].role == "host":
             raise SpecError(f"{where}.node: {f.node} is a host; dataplane-dead stops a router's forwarding")
 
     uses_nft = True  # the peer link's drop, where there is one

@@ -11,7 +11,7 @@ class PeerLinkDown(FaultKind):
     help = "the direct link of a stacked ToR pair goes down (stacked-dual-tor only)"
 
     def check(self, f, where, cfgs):
-        if "peer" not in [i["name"] for i in cfgs[f.node]["interfaces"]]:
+        if "peer" not in cfgs[f.node].iface_names:
             raise SpecError(f"{where}.node: {f.node} has no peer link; peer-link-down needs a ToR of access "
                             f"'stacked-dual-tor'")
         f.iface = "peer"

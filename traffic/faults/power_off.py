@@ -13,5 +13,5 @@ class PowerOff(FaultKind):
             inj.link(f.node, ifc, "down")
 
     def revert(self, rt, d, cfgs):
-        for i in cfgs[d["node"]]["interfaces"]:
-            rt.run(d["node"], ["ip", "link", "set", i["name"], "up"], check=False)
+        for i in cfgs[d["node"]].iface_names:
+            rt.run(d["node"], ["ip", "link", "set", i, "up"], check=False)

@@ -20,7 +20,7 @@ class AllToAll(WorkloadKind):
     help = "one all-to-all round between every host of the rail (MoE); its completion time"
 
     def check(self, w, spec, cfgs, where):
-        hosts = [n for n, c in cfgs.items() if c["role"] == "host"]
+        hosts = [n for n, c in cfgs.items() if c.role == "host"]
         if len(hosts) < 2:
             raise SpecError(f"{where} workload: alltoall needs at least two hosts")
         if len(hosts) * w.connections > 20000:
@@ -29,7 +29,7 @@ class AllToAll(WorkloadKind):
 
     def launch(self, plan, run_dir, t0, duration):
         w = plan.workload
-        hosts = sorted(n for n, c in plan.cfgs.items() if c["role"] == "host")
+        hosts = sorted(n for n, c in plan.cfgs.items() if c.role == "host")
         ip = {h: plan.host_ip(h, w.rail) for h in hosts}
         py = sys.executable
         procs = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpnlab.errors import SpecError
+from hpnlab.models import NodeConfig
 
 START_SLACK = 2.0  # seconds between launching a repetition's processes and its common start time t0
 
@@ -19,7 +20,7 @@ class WorkloadKind:
     help = ""
     series_label = ""  # what ``rate_series`` measures, for the plot's legend ("" : nothing to draw)
 
-    def check(self, w, spec, cfgs: dict[str, dict], where: str) -> None:
+    def check(self, w, spec, cfgs: dict[str, NodeConfig], where: str) -> None:
         """Refuse, in one line, what this kind cannot run (before any lab comes up)."""
 
     def prepare_variant(self, lab, plan, raw: Path, progress) -> dict:
@@ -95,12 +96,12 @@ def senders_done(procs: list, tx_role: str, stop_roles: tuple[str, ...]) -> bool
     return True
 
 
-def check_hosts(where: str, names_: list[str | None], cfgs: dict[str, dict], rail: int) -> None:
-    hosts = sorted(n for n, c in cfgs.items() if c["role"] == "host")
+def check_hosts(where: str, names_: list[str | None], cfgs: dict[str, NodeConfig], rail: int) -> None:
+    hosts = sorted(n for n, c in cfgs.items() if c.role == "host")
     for n in names_:
         if n is None:
             continue
         if n not in hosts:
             raise SpecError(f"{where}: '{n}' is not a host of this lab; hosts: {', '.join(hosts)}")
-        if not any(nic["rail"] == rail for nic in cfgs[n]["nics"]):
+        if cfgs[n].nic(rail) is None:
             raise SpecError(f"{where}.rail: host {n} has no rail {rail}")

@@ -91,12 +91,12 @@ class Elephant(WorkloadKind):
                                  "--size", str(w.size_kb * 1024), "--select", w.select,
                                  "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}", "--out", f]})
         for n, c in sorted(cfgs.items()):
-            if c["role"] == "host":
+            if c.role == "host":
                 continue
             f = str(run_dir / f"linkstats-{n}.json")
             out.append({"role": "linkstats", "node": n, "out": f,
                         "argv": [py, "-m", "hpnlab.node.linkstats", "--ifaces",
-                                 ",".join(i["name"] for i in c["interfaces"]), "--interval", f"{w.sample_ms / 1000:g}",
+                                 ",".join(c.iface_names), "--interval", f"{w.sample_ms / 1000:g}",
                                  "--duration", f"{duration + 0.5:g}", "--start-at", f"{t0:.3f}", "--out", f]})
         return out
 
