@@ -51,7 +51,8 @@ class Repetition:
         self.monitors: list[tuple[str, subprocess.Popen]] = []  # the route watcher (and ip monitor on c9s)
         self.timeline: list[dict] = []
 
-    def _spawn(self, spec: dict, out: Path | None) -> None:
+    def _spawn(self, spec: dict) -> None:
+        out = Path(spec["out"]) if spec.get("stdout_report") else None  # else the program writes --out itself
         self.procs.append((spec, self.lab.spawn(spec["node"], spec["argv"], self.dir / "processes.log", out)))
 
     def run(self) -> dict:
@@ -71,10 +72,8 @@ class Repetition:
             if spec.get("delay"):
                 delayed.append(spec)
                 continue
-            # iperf3 -J prints its report on stdout; our own tools write --out themselves
-            self._spawn(spec, Path(spec["out"]) if spec["role"].startswith("iperf3") else None)
-            if spec["role"] == "iperf3-server":
-                time.sleep(0.3)
+            self._spawn(spec)
+            time.sleep(spec.get("settle", 0))
         pending = sorted(self.plan.faults, key=lambda f: f.at)
         active: list[faultmod.Fault] = []
         end = t0 + self.duration
@@ -82,7 +81,7 @@ class Repetition:
             now = time.time()
             for spec in list(delayed):
                 if now >= t0:
-                    self._spawn(spec, Path(spec["out"]))
+                    self._spawn(spec)
                     delayed.remove(spec)
             while pending and now >= t0 + pending[0].at:
                 f = pending.pop(0)
@@ -107,7 +106,7 @@ class Repetition:
             except subprocess.TimeoutExpired:
                 raise RuntimeFailure(f"{spec['role']} on {spec['node']} did not finish; see {self.dir / 'processes.log'}")
         for spec, p in self.procs:
-            if p.returncode != 0 and not spec["role"].startswith("iperf3"):
+            if p.returncode != 0 and not spec.get("may_fail"):
                 raise RuntimeFailure(f"{spec['role']} on {spec['node']} exited {p.returncode}; "
                                      f"see {self.dir / 'processes.log'}")
         time.sleep(0.3)  # let the route monitors print the repair
@@ -115,7 +114,7 @@ class Repetition:
 
     def _check_procs(self) -> None:
         for spec, p in self.procs:
-            if p.poll() not in (None, 0) and not spec["role"].startswith("iperf3"):
+            if p.poll() not in (None, 0) and not spec.get("may_fail"):
                 raise RuntimeFailure(f"{spec['role']} on {spec['node']} exited {p.returncode} early; "
                                      f"see {self.dir / 'processes.log'}")
 

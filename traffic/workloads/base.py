@@ -32,7 +32,10 @@ class WorkloadKind:
         """Before repetition k (0-based)."""
 
     def launch(self, plan, run_dir: Path, t0: float, duration: float) -> list[dict]:
-        """The processes of one repetition: {role, node, argv, out[, delay]} (pure)."""
+        """The processes of one repetition (pure): {role, node, argv, out} and, where needed, ``delay``
+        (started at t0, not with the others), ``stdout_report`` (the program prints its report on stdout
+        instead of writing ``out`` itself), ``settle`` (seconds to wait after starting it: a server binding)
+        and ``may_fail`` (a non-zero exit is in its report, not a crash of the run)."""
         return []
 
     def done(self, procs: list) -> bool:

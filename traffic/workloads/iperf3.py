@@ -20,9 +20,11 @@ class Iperf3(WorkloadKind):
     def launch(self, plan, run_dir, t0, duration):
         w = plan.workload
         src, dst = plan.host_ip(w.src, w.rail), plan.host_ip(w.dst, w.rail)
-        return [{"role": "iperf3-server", "node": w.dst, "out": str(run_dir / "iperf3-server.json"),
-                 "argv": ["iperf3", "-s", "-1", "-B", dst, "-p", "5201", "-J"]},
-                {"role": "iperf3", "node": w.src, "out": str(run_dir / "iperf3.json"), "delay": START_SLACK,
+        # iperf3 -J prints its report on stdout, and an error (reported in it) is a result, not a crash
+        common = {"stdout_report": True, "may_fail": True}
+        return [{"role": "iperf3-server", "node": w.dst, "out": str(run_dir / "iperf3-server.json"), **common,
+                 "settle": 0.3, "argv": ["iperf3", "-s", "-1", "-B", dst, "-p", "5201", "-J"]},
+                {"role": "iperf3", "node": w.src, "out": str(run_dir / "iperf3.json"), "delay": START_SLACK, **common,
                  "argv": ["iperf3", "-c", dst, "-B", src, "-p", "5201", "-t", f"{duration:g}", "-i", "0.1",
                           "-P", str(w.streams), "-J"]}]
 
