@@ -79,6 +79,7 @@ class NodeConfig(_Model):
     holddown: dict[str, Any] | None = None
     micro_bfd: dict[str, Any] | None = None  # hosts and ToRs
     stacked: dict[str, Any] | None = None  # ToRs of a stacked pair: role, peer, timeouts
+    multipath: dict[str, Any] | None = None  # aggs with FARE: mode, interval_s, tors {port: the ToR's ASN}
 
     @property
     def iface_names(self) -> list[str]:
@@ -105,6 +106,7 @@ class FaultRecord(_Model):
     period: float = 1.0
     count: int = 3
     undo: dict[str, Any] = {}
+    params: dict[str, float] = {}
 
 
 class LabState(_Model):

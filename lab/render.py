@@ -14,7 +14,7 @@ import jinja2
 from hpnlab import __version__, capacity, frr
 from hpnlab.containers import IMAGES
 from hpnlab.errors import SpecError
-from hpnlab.node import plan
+from hpnlab.node import fare, plan
 from hpnlab.paths import data_dir
 from hpnlab.picture import fabric_svg
 from hpnlab.topology import IFNAMSIZ, Link, Node, Topology, check_interface_names, summary
@@ -69,15 +69,39 @@ def _ends(lk: Link, side: int):
     return (lk.a, lk.b) if side == 0 else (lk.b, lk.a)
 
 
-def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]]]) -> dict:
+def per_link_rates(topo: Topology) -> dict[tuple[str, str], float]:
+    """(node, iface) of both ends of every link that ``links.per_link`` names -> its rate (Mbit/s);
+    one line naming the entry for a link that is not in the lab."""
+    ends = {(e.node, e.iface): (lk, e) for lk in topo.links for e in (lk.a, lk.b)}
+    out = {}
+    for i, r in enumerate(topo.spec.links.per_link):
+        if (r.node, r.iface) not in ends:
+            have = sorted(e for n, e in ends if n == r.node)
+            raise SpecError(f"spec field 'links.per_link.{i}': {r.node}:{r.iface} is not a link end of this lab"
+                            + (f"; {r.node} has {', '.join(have)}" if have else f"; no node '{r.node}'"))
+        lk, _e = ends[(r.node, r.iface)]
+        if lk.kind not in ("access", "uplink", "core"):
+            raise SpecError(f"spec field 'links.per_link.{i}': {r.node}:{r.iface} is a {lk.kind} link; "
+                            f"give an access, uplink or core link")
+        for e in (lk.a, lk.b):
+            out[(e.node, e.iface)] = r.rate_mbit
+    return out
+
+
+def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]]],
+                rates: dict[tuple[str, str], float] | None = None) -> dict:
     """What the runtime and the node's agent need to bring this node up, as plain JSON data."""
     spec = topo.spec
+    rates = rates or {}
     ifaces = []
     for lk, side in adj[node.name]:
         local, remote = _ends(lk, side)
         ifc = {"name": local.iface, "mac": local.mac, "peer": remote.node, "peer_iface": remote.iface,
                "kind": lk.kind}
         shape = capacity.shape_of(getattr(spec.links, lk.kind, None))  # peer/oob links: never shaped
+        if (local.node, local.iface) in rates:  # this link runs at its own rate (the class's queue, or 256 KB)
+            shape = {"rate_kbit": max(1, round(rates[(local.node, local.iface)] * 1000)),
+                     "queue_bytes": shape["queue_bytes"] if shape else 256 * 1024}
         if shape:
             ifc["shape"] = shape
         ifaces.append(ifc)
@@ -100,6 +124,10 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
         return base
     base.update({"asn": node.asn, "router_id": node.router_id, "sysctls": {**ROUTER_SYSCTLS, **hashing}, "bfd": spec.bfd.enabled,
                  "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] in ("uplink", "core")]})
+    if node.role == "agg" and spec.multipath.mode != "ecmp":
+        asn = {n.name: n.asn for n in topo.by_role("tor")}
+        base["multipath"] = {"mode": spec.multipath.mode, "interval_s": spec.multipath.interval_s,
+                             "tors": {i["name"]: asn[i["peer"]] for i in ifaces if i["peer"] in asn}}
     if node.role == "tor":
         host_ip = {(h.name, nic.rail): nic.ip for h in topo.by_role("host") for nic in h.nics}
         base.update({
@@ -133,14 +161,16 @@ def render(topo: Topology) -> dict[str, str]:
         raise SpecError(f"interface name '{too_long[0]}' exceeds {IFNAMSIZ} characters; reduce the sizes")
     templates = {role: env.get_template(f"frr/{role}.conf.j2") for role in ("tor", "agg", "core")}
     daemons = env.get_template("frr/daemons.j2")
+    rates = per_link_rates(topo)
     for node in topo.nodes:
-        cfg = node_config(topo, node, adj)
+        cfg = node_config(topo, node, adj, rates)
         files[f"{node.name}/node.json"] = json.dumps(cfg, indent=1) + "\n"
         # containerlab refuses a bind whose source does not exist: the run/ bind's folder ships with a note
         files[f"{node.name}/run/README"] = RUN_README
         if node.role == "host":
             continue
-        ctx = {"node": node, "spec": spec, "fabric_ifaces": cfg["fabric_ifaces"], "table": HOST_ROUTE_TABLE}
+        ctx = {"node": node, "spec": spec, "fabric_ifaces": cfg["fabric_ifaces"], "table": HOST_ROUTE_TABLE,
+               "fare": fare_config(cfg)}
         files[f"{node.name}/frr.conf"] = templates[node.role].render(ctx)
         files[f"{node.name}/daemons"] = daemons.render(ctx, frr=frr.daemons_file(spec.bfd.enabled))
     summ = summary(topo)
@@ -150,6 +180,14 @@ def render(topo: Topology) -> dict[str, str]:
     files["topology.json"] = json.dumps(topo.to_dict(), indent=1) + "\n"
     files["fabric.svg"] = fabric_svg(topo)
     return files
+
+
+def fare_config(cfg: dict) -> dict | None:
+    """An agg's FARE route-maps at start-up, from its ports' rates (the agent keeps them current)."""
+    if not cfg.get("multipath"):
+        return None
+    caps = fare.capacities(cfg)
+    return {"lines": fare.config_lines(cfg, fare.bandwidths(cfg, caps, caps)), "neighbors": fare.neighbor_lines(cfg)}
 
 
 RUN_README = ("This folder is bound into the node's container at /run/hpnlab. The node writes boot.json (its\n"

@@ -171,6 +171,14 @@ class LinkClass(_Strict):
     queue_kb: int = Field(256, ge=4, le=65536, description="queue limit per end, KB (the tbf backlog cap)")
 
 
+class LinkRate(_Strict):
+    """One link running at another rate than its class (a bundle that lost a member), on both its ends."""
+
+    node: str = Field(description="one end's node, e.g. s0r0a")
+    iface: str = Field(description="that node's interface on the link (a ToR names its uplink after the agg: agg0-1)")
+    rate_mbit: float = Field(gt=0, le=100000, description="the link's rate, Mbit/s, each way")
+
+
 class Links(_Strict):
     """Link capacity per class, scaled down from the paper's 200 Gbit/s access and 400 Gbit/s fabric.
     A class left out is unshaped (a veth runs at whatever the CPU gives it: nothing ever queues)."""
@@ -178,6 +186,22 @@ class Links(_Strict):
     access: LinkClass | None = Field(None, description="host-ToR links")
     uplink: LinkClass | None = Field(None, description="ToR-agg links")
     core: LinkClass | None = Field(None, description="agg-core links")
+    per_link: list[LinkRate] = Field([], description=(
+        "links at another rate than their class, e.g. [{node: s0r0a, iface: agg0-1, rate_mbit: 10}] (the queue "
+        "stays the class's)"))
+
+
+class Multipath(_Strict):
+    """How a switch spreads a destination over its equal-cost next hops. ``ecmp``: equal shares by hash.
+    ``fare`` (the FARE draft): each ToR weighs a path L1->agg->L2 by min(capacity L1-agg, capacity agg-L2),
+    carried as the BGP link-bandwidth extended community that each agg sets per destination ToR and that
+    bgpd turns into kernel nexthop weights; the aggs re-weigh when a link's capacity changes.
+    ``fare-adaptive``: the same with the available capacity (capacity minus the load each agg measures on
+    its links), recomputed every ``interval_s``."""
+
+    mode: Literal["ecmp", "fare", "fare-adaptive"] = Field("ecmp", description="ecmp, fare or fare-adaptive (above)")
+    interval_s: float = Field(1.0, ge=0.2, le=60, description=(
+        "how often each agg reads its links' capacity (and, fare-adaptive, their load) and re-weighs"))
 
 
 class Hash(_Strict):
@@ -220,6 +244,7 @@ class Spec(_Strict):
     mechanisms: Mechanisms = Mechanisms()
     links: Links = Links()
     hash: Hash = Hash()
+    multipath: Multipath = Multipath()
     holddown: HoldDown = HoldDown()
     micro_bfd: MicroBFD = MicroBFD()
     host_driver: Literal["auto", "userspace", "bond"] = Field("auto", description=(
@@ -258,6 +283,8 @@ class Spec(_Strict):
             if not self.mechanisms.lacp:
                 raise ValueError("access 'stacked-dual-tor' bundles each host's two links with LACP (M-LAG); "
                                  "mechanisms.lacp: false would leave single-homed hosts: keep it true")
+        if self.multipath.mode != "ecmp":
+            self._check_fare()
         asns = [(self.asn.tor_base, self.asn.tor_base + self.tor_count() - 1),
                 (self.asn.agg_base, self.asn.agg_base + 1), (self.asn.core_base, self.asn.core_base + 1)]
         if asns[0][1] > 4294967295:
@@ -268,6 +295,21 @@ class Spec(_Strict):
                     raise ValueError("asn ranges overlap: ToRs use tor_base..tor_base+#ToRs-1, "
                                      "aggs agg_base..agg_base+1, cores core_base..core_base+1")
         return self
+
+    def _check_fare(self) -> None:
+        mode = self.multipath.mode
+        if self.tier3 is not None:
+            raise ValueError(f"multipath.mode '{mode}' weighs two-tier paths (ToR-agg-ToR); remove tier3 or use "
+                             f"mode ecmp")
+        if self.links.uplink is None:
+            raise ValueError(f"multipath.mode '{mode}' weighs each path by its links' capacity: give "
+                             f"links.uplink, e.g. {{rate_mbit: 20}}")
+        # FRR 8.4 carries link bandwidth in whole Mbit/s, 1..25600 ('set extcommunity bandwidth')
+        for where, rate in [("links.uplink.rate_mbit", self.links.uplink.rate_mbit)] + \
+                [(f"links.per_link.{i}.rate_mbit", r.rate_mbit) for i, r in enumerate(self.links.per_link)]:
+            if not 1 <= rate <= 25600:
+                raise ValueError(f"{where} {rate:g}: with multipath.mode '{mode}' link rates are carried in BGP "
+                                 f"as 1..25600 Mbit/s (FRR 8.4); scale the lab's rates into that range")
 
     # Derived sizes (pure, used by validation and the topology builder).
     @property
@@ -326,6 +368,10 @@ def _format_error(err: ValidationError) -> str:
         hint = ", e.g. name: hpn (it prefixes the lab's namespaces)" if field == "name" else ""
         return f"spec field '{field}': required{hint}"
     shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {_short(got)})"
+    if field == "spec":  # a check across fields: its message starts with the field it is about
+        m = re.match(r"([a-z0-9_]+(?:\.[a-z0-9_]+)*) ", msg)
+        if m and m.group(1).split(".")[0] in Spec.model_fields:
+            field, msg = m.group(1), msg[m.end():]
     return f"spec field '{field}': {msg}{shown}"
 
 

@@ -10,6 +10,7 @@ import ipaddress
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+from hpnlab import fare
 from hpnlab.errors import RuntimeFailure
 from hpnlab.models import NodeConfig
 from hpnlab.runtime.base import Runtime
@@ -42,15 +43,20 @@ def bonded(rt: Runtime, cfg: NodeConfig) -> bool:
 
 
 def check_config(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
-    """What the spec's 'hash' and 'links' say, read back from each node's kernel: its multipath hash
-    policy and seed, and a tbf with the spec's rate and queue on every shaped interface."""
+    """What the spec's 'hash', 'links' and 'multipath' say, read back from each node's kernel: its multipath
+    hash policy and seed, a tbf with the spec's rate and queue on every shaped interface, and with FARE the
+    nexthop weights each ToR uses against what FARE prescribes for the capacities in force (hpnlab.fare)."""
     # Keys this kernel lacks were left out of the plan (hpnlab.kernel; the lab's notes say what that costs).
     keys = [k for k in ("net.ipv4.fib_multipath_hash_policy", "net.ipv4.fib_multipath_hash_seed",
                         "net.ipv4.fib_multipath_hash_fields") if k not in set(rt.state.data.skip_sysctls)]
 
+    rates = fare.agg_rates(rt, cfgs) if fare.enabled(cfgs) else None
+
     def one(item) -> dict:
         n, c = item
         problems = []
+        if rates is not None and c.role == "tor":
+            problems += fare.problems(fare.weights(rt, cfgs, n, rates))
         mine = [k for k in keys if k in c.sysctls]  # hosts keep the kernel's default hash fields
         r = rt.run(n, ["sysctl", "-n", *mine], check=False, timeout=10)
         have = r.stdout.split()
@@ -77,7 +83,9 @@ def check_config(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
                                     f"limit {sh['queue_bytes']} B")
         seed = dict(zip(mine, have)).get("net.ipv4.fib_multipath_hash_seed")
         detail = "; ".join(problems[:3]) or ((f"hash seed {seed}" if seed else "hash seed: the kernel's own key")
-                                             + (f", {len(shaped)} links shaped" if shaped else ""))
+                                             + (f", {len(shaped)} links shaped" if shaped else "")
+                                             + (", FARE weights as prescribed" if rates is not None
+                                                and c.role == "tor" else ""))
         return _check(f"config {n}", not problems, detail)
 
     return pmap(one, cfgs.items())
@@ -86,7 +94,7 @@ def check_config(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
 def check_agents(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
     out = []
     for n, c in cfgs.items():
-        if c.role not in ("tor", "host"):
+        if c.role not in ("tor", "host") and not c.multipath:  # nodes without an agent
             continue
         st = read_status(rt, n)
         alive, what = rt.agent_alive(n)

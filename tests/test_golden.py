@@ -33,8 +33,8 @@ def test_a_template_change_is_caught(monkeypatch):
 
     real = render.node_config
 
-    def tweaked(topo, node, adj):
-        cfg = real(topo, node, adj)
+    def tweaked(topo, node, adj, rates=None):
+        cfg = real(topo, node, adj, rates)
         cfg["table"] = 11 if cfg.get("table") else cfg.get("table")
         return cfg
 

@@ -130,7 +130,8 @@ FAULTS = [
     {"kind": "arp-flush", "node": "s1r1a"},
     {"kind": "dataplane-dead", "node": "s0r1b"},
 ]
-ELSEWHERE = {"peer-link-down": "tests/test_stacked_lab.py (needs a stacked pair)"}
+ELSEWHERE = {"peer-link-down": "tests/test_stacked_lab.py (needs a stacked pair)",
+             "degrade": "tests/test_fare_lab.py (needs a link with a capacity)"}
 
 
 def test_every_fault_kind_is_tested():

@@ -55,12 +55,26 @@ def result(plan, run_dir: Path) -> dict:
     for (tier, owner), lks in grp.items():
         if tier != "tor-up":
             continue
-        got = []
+        got, kbit, peak = [], [], []
         for _t, tor, agg in lks:
             s = stats.get(tor, {}).get("ifaces", {}).get(agg)
             got.append(s["bytes"][-1] - s["bytes"][0] if s and s["bytes"] else 0)
-        uplinks[owner] = {"bytes": got, "ratio": _ratio(max(got), min(got)) if got else None,
+            peak.append(max(s["backlog"]) if s and s["backlog"] else 0)
+            kbit.append((cfgs[tor].iface(agg).shape or {}).get("rate_kbit"))
+        uplinks[owner] = {"links": [agg for _t, _tor, agg in lks], "bytes": got, "kbit": kbit, "peak_backlog": peak,
+                          "ratio": _ratio(max(got), min(got)) if got else None,
                           "idle": sum(1 for b in got if b < 10_000)}  # a few BGP/BFD packets are not load
+    # into each ToR from its aggs (the far ToRs' choice of agg decides these)
+    intos = {}
+    for tor in sorted(n for n, c in cfgs.items() if c.role == "tor" and c.rail == plan.workload.rail):
+        aggs = [i.peer for i in cfgs[tor].interfaces if i.kind == "uplink"]
+        got, kbit, peak = [], [], []
+        for agg in aggs:
+            s = stats.get(agg, {}).get("ifaces", {}).get(tor)
+            got.append(s["bytes"][-1] - s["bytes"][0] if s and s["bytes"] else 0)
+            peak.append(max(s["backlog"]) if s and s["backlog"] else 0)
+            kbit.append((cfgs[agg].iface(tor).shape or {}).get("rate_kbit"))
+        intos[tor] = {"links": aggs, "bytes": got, "kbit": kbit, "peak_backlog": peak}
     ratios = [v["ratio"] for v in nics.values() if v["ratio"] is not None]
     finite = [r for r in ratios if not math.isinf(r)]
     # the NIC whose two ports differ most (Fig. 13's picture), its busiest queue breaking ties
@@ -71,7 +85,7 @@ def result(plan, run_dir: Path) -> dict:
             "downlink_ratio_median": sorted(ratios)[len(ratios) // 2] if ratios else None,
             "peak_backlog_max": max(queues.values(), default=0),
             "peak_backlog_median": sorted(queues.values())[len(queues) // 2] if queues else 0,
-            "hot_nic": hot, "nics": nics, "uplinks": uplinks,
+            "hot_nic": hot, "nics": nics, "uplinks": uplinks, "into_tors": intos,
             "predicted_matches": sum(1 for v in nics.values() if v["ratio_predicted"] is not None
                                      and v["ratio"] is not None and _same_side(v)),
             "port_series": _series(stats, cfgs, hot, t0) if hot else {}}
@@ -125,7 +139,34 @@ def aggregate(runs: list[dict]) -> dict:
             "uplink_ratio": summarise([v["ratio"] for x in w for v in x["uplinks"].values()]),
             "idle_uplinks": sum(v["idle"] for x in w for v in x["uplinks"].values()),
             "map_agrees": f"{sum(x['predicted_matches'] for x in w)}/{sum(len(x['nics']) for x in w)}",
-            "incomplete": sum(1 for x in w if not x["complete"])}
+            "incomplete": sum(1 for x in w if not x["complete"]),
+            "uneven_links": uneven_links(w)}
+
+
+def uneven_links(w: list[dict]) -> dict:
+    """Where equal-cost links differ in capacity (a degraded link): per such link, its share of the group's
+    bytes against its share of the group's capacity (what FARE aims at) and of the links (what hash
+    ECMP aims at), over the repetitions. Groups: a ToR's uplinks ("s0r0a>agg0-1") and the links into a
+    ToR from its aggs ("agg0-1>s0r0a")."""
+    acc: dict[str, dict] = {}
+    for x in w:
+        groups = [(f"{t}>{{}}", g) for t, g in x["uplinks"].items()] + \
+                 [(f"{{}}>{t}", g) for t, g in x.get("into_tors", {}).items()]
+        for fmt, g in groups:
+            kbit = g.get("kbit") or []
+            if not kbit or None in kbit or len(set(kbit)) < 2:
+                continue
+            total_b, total_k = sum(g["bytes"]), sum(kbit)
+            for link, b, k, q in zip(g["links"], g["bytes"], kbit, g["peak_backlog"]):
+                if k == max(kbit):
+                    continue
+                e = acc.setdefault(fmt.format(link), {"capacity_share": round(k / total_k, 4),
+                                                      "equal_share": round(1 / len(kbit), 4), "bytes_share": [],
+                                                      "peak_backlog_kb": []})
+                e["bytes_share"].append(round(b / total_b, 4) if total_b else None)
+                e["peak_backlog_kb"].append(round(q / 1024, 1))
+    return {k: {**e, "bytes_share": summarise([v for v in e["bytes_share"] if v is not None]),
+                "peak_backlog_kb": summarise(e["peak_backlog_kb"])} for k, e in sorted(acc.items())}
 
 
 # --- output: table and picture -------------------------------------------------------------------------------
@@ -165,6 +206,21 @@ def summary_table(results: dict) -> str:
            f"(ratios max/min; 'inf' = an idle link beside a busy one); bulk figures median/max over "
            f"{results['repetitions']} run(s)"]
     out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    uneven = [(name, link, e) for name, v in results["variants"].items()
+              for link, e in (v.get("bulk", {}).get("uneven_links") or {}).items()]
+    if uneven:
+        rows = [("variant", "multipath", "select", "link (below full rate)", "capacity share", "equal share",
+                 "bytes share med/max", "peak queue KB med/max")]
+        for name, link, e in uneven:
+            v = results["variants"][name]
+            rows.append((name, v.get("multipath", {}).get("mode", "ecmp"), v.get("select", "-"), link,
+                         f"{e['capacity_share']:g}", f"{e['equal_share']:g}", _mm(e["bytes_share"]),
+                         _mm(e["peak_backlog_kb"])))
+        w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+        out += ["", "links below their group's full rate: share of the group's bytes"]
+        out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+        out += ["", "the FARE draft: a path's weight is min(capacity up, capacity down); traffic through a "
+                    "degraded link in proportion to its capacity share, where hash ECMP keeps the equal share"]
     out += ["", "the paper (production, 200/400 Gbit/s):"] + [f"  {a}: {b}" for a, b in PAPER]
     return "\n".join(out)
 

@@ -228,6 +228,7 @@ def variant_record(plan: Plan) -> dict:
             "select": plan.workload.select, "hash": plan.spec.hash.model_dump(),
             "access": plan.spec.access, "tier2": plan.spec.tier2,
             "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
+            "multipath": plan.spec.multipath.model_dump(), "links": plan.spec.links.model_dump(),
             "faults_planned": [f.to_dict() for f in plan.faults], "runs": []}
 
 

@@ -78,8 +78,9 @@ def fail_cmd(args) -> int:
         return 0
     if not args.kind or not args.node:
         raise SpecError("give a fault: hpnlab fail KIND NODE [IFACE] (hpnlab fail --list shows the kinds)")
+    own = {"fraction": args.fraction} if args.fraction is not None else {}  # a kind's own parameters
     f = faults.parse({"kind": args.kind, "node": args.node, "iface": args.iface, "period": args.period,
-                      "count": args.count}, "fault", cfgs)
+                      "count": args.count, **own}, "fault", cfgs)
     inj = faults.Injector(rt, cfgs)
     if args.hold is None:
         args.hold = faults.get(f.kind).duration(f)  # a fault that ends by itself is held until it has
@@ -198,13 +199,15 @@ def add_parsers(sub) -> None:
                        description="Kinds:\n" + "\n".join(f"{k}: {v}" for k, v in faults.KINDS.items()),
                        epilog="examples:\n  sudo hpnlab fail link-down s0h0 r0p0 --for 5\n"
                               "  sudo hpnlab fail hang s0r0a            (stays until: hpnlab fail --clear)\n"
-                              "  sudo hpnlab fail link-flap s0h0 r0p0 --period 1 --count 5")
+                              "  sudo hpnlab fail link-flap s0h0 r0p0 --period 1 --count 5\n"
+                              "  sudo hpnlab fail degrade s0r0a agg0-1 --fraction 0.25 --for 30   (a shaped link)")
     f.add_argument("kind", nargs="?", help="the fault (--list shows every kind and what it does)")
     f.add_argument("node", nargs="?", help="the node it hits, e.g. s0h0 or s0r0a")
     f.add_argument("iface", nargs="?", help="for link faults (comma-separated for a multi-port cable)")
     f.add_argument("--for", dest="hold", type=float, help="seconds to hold it, then revert")
     f.add_argument("--period", type=float, default=1.0, help="link-flap period (s)")
     f.add_argument("--count", type=int, default=3, help="link-flap count")
+    f.add_argument("--fraction", type=float, help="degrade: the share of the link's capacity left (default 0.5)")
     f.add_argument("--clear", action="store_true", help="revert every fault recorded for the lab")
     f.add_argument("--list", action="store_true", help="list fault kinds")
     f.add_argument("--lab", help="lab name (default: the only running lab)")

@@ -111,10 +111,13 @@ def nft_ruleset(cfg: dict) -> str | None:
 
 
 def agent_module(cfg: dict, driver: str = "userspace") -> str | None:
-    """The node's agent: the ToR agent, the userspace host agent (LACP, routes, ARP announcements), or on a
-    kernel bond the bond host agent (ARP announcements and the bonds' state only)."""
+    """The node's agent: the ToR agent, the userspace host agent (LACP, routes, ARP announcements), on a
+    kernel bond the bond host agent (ARP announcements and the bonds' state only), and with FARE an
+    agg's weight keeper."""
     if cfg["role"] == "host":
         return "hpnlab.node.bondhost" if driver == "bond" else "hpnlab.node.host"
+    if cfg["role"] == "agg" and cfg.get("multipath"):
+        return "hpnlab.node.fare"  # FARE's weights: the agg keeps its link-bandwidth route-maps current
     return {"tor": "hpnlab.node.tor"}.get(cfg["role"])
 
 

@@ -36,6 +36,10 @@ class FaultKind:
     help = ""
     needs_iface = False  # a link fault: names the interface(s)
     uses_nft = False  # drops with an nftables netdev table: its name is in the undo recipe as "nft"
+    params: dict[str, float] = {}  # the kind's own parameters and their defaults (experiment files, Lab.fault)
+
+    def check_params(self, f: "Fault", where: str) -> None:
+        """Refuse, in one line naming the field, parameter values the kind cannot use."""
 
     def check(self, f: "Fault", where: str, cfgs: dict[str, NodeConfig]) -> None:
         pass
@@ -85,6 +89,7 @@ class Fault:
     period: float = 1.0  # link-flap
     count: int = 3  # link-flap
     undo: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)  # the kind's own (FaultKind.params), e.g. degrade's fraction
 
     @property
     def ifaces(self) -> list[str]:
@@ -92,24 +97,32 @@ class Fault:
 
     @property
     def label(self) -> str:
-        return f"{self.kind} {self.node}" + (f":{self.iface}" if self.iface else "")
+        return f"{self.kind} {self.node}" + (f":{self.iface}" if self.iface else "") + \
+            "".join(f" {k}={v:g}" for k, v in self.params.items())
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "node": self.node, "iface": self.iface, "at": self.at, "until": self.until,
-                "period": self.period, "count": self.count, "undo": self.undo}
+                "period": self.period, "count": self.count, "undo": self.undo, "params": self.params}
 
 
 def parse(d: dict, where: str, cfgs: dict[str, NodeConfig] | None = None) -> Fault:
     """One fault from YAML/CLI; errors name the field and the fix."""
     if not isinstance(d, dict):
         raise SpecError(f"{where}: must be a mapping like {{kind: link-down, node: s0h0, iface: r0p0, at: 2}}")
-    known = {"kind", "node", "iface", "at", "until", "period", "count"}
-    extra = set(d) - known
-    if extra:
-        raise SpecError(f"{where}.{sorted(extra)[0]}: unknown field; use {', '.join(sorted(known))}")
     kind = d.get("kind")
     if kind not in REGISTRY:
         raise SpecError(f"{where}.kind: '{kind}' is not a fault; choose one of {', '.join(REGISTRY)}")
+    own = REGISTRY[kind].params
+    known = {"kind", "node", "iface", "at", "until", "period", "count"} | set(own)
+    extra = set(d) - known
+    if extra:
+        raise SpecError(f"{where}.{sorted(extra)[0]}: unknown field for {kind}; use {', '.join(sorted(known))}")
+    params = {}
+    for k, default in own.items():
+        v = d.get(k, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise SpecError(f"{where}.{k}: give a number (default {default:g})")
+        params[k] = float(v)
     node = d.get("node")
     if not isinstance(node, str):
         raise SpecError(f"{where}.node: give the node name, e.g. s0h0 or s0r0a")
@@ -130,6 +143,8 @@ def parse(d: dict, where: str, cfgs: dict[str, NodeConfig] | None = None) -> Fau
         raise SpecError(f"{where}: at/until/period must be finite numbers of seconds")
     if f.at < 0 or f.period <= 0 or f.count < 1:
         raise SpecError(f"{where}: at must be >= 0, period > 0 and count >= 1")
+    f.params = params
+    REGISTRY[kind].check_params(f, where)
     if cfgs is not None:
         if node not in cfgs:
             raise SpecError(f"{where}.node: '{node}' is not in the lab; nodes: {', '.join(sorted(cfgs))}")

@@ -1,0 +1,77 @@
+"""FARE on the wire (spec ``multipath.mode: fare``), on the default-sized lab with 20 Mbit/s uplinks: the
+aggs' link-bandwidth route-maps become nexthop weights in every ToR's kernel, verify holds them against
+FARE's min(up, down) rule, and a degraded link moves them (and the revert moves them back). The
+adaptive mode is brought up beside it in its own lab."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hpnlab import fare
+from hpnlab.verify import check_config
+
+FARE = {"links": {"uplink": {"rate_mbit": 20}}, "multipath": {"mode": "fare"}}
+pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name="fare", overrides=FARE)]
+FAR = "10.0.2.0/24"  # segment 1's set on rail 0, seen from s0r0a (plane 0: agg0-0 and agg0-1)
+NEAR = "10.0.0.0/24"  # segment 0's set on rail 0, seen from s1r0a
+
+
+def shares(lab, tor, subnet):
+    return fare.weights(lab.runtime, lab.cfgs, tor)[subnet]
+
+
+def test_every_tor_uses_the_weights_fare_prescribes(hpnlab_lab):
+    lab = hpnlab_lab
+    bad = {c["name"]: c["detail"] for c in check_config(lab.runtime, lab.cfgs) if not c["ok"]}
+    assert bad == {}
+    w = shares(lab, "s0r0a", FAR)
+    assert w["fare_share"] == {"agg0-0": 0.5, "agg0-1": 0.5}
+    assert len(w["kernel"]) == 2 and len(set(w["kernel"].values())) == 1, w  # a weighted multipath, equal
+    st = lab.runtime.read_status("agg0-1")
+    assert st["mode"] == "fare" and set(st["advertised_mbit"].values()) == {20}
+
+
+def test_a_degraded_link_moves_the_weights_both_ways_and_the_revert_moves_them_back(hpnlab_lab):
+    lab = hpnlab_lab
+    with lab.fault("degrade", node="s0r0a", iface="agg0-1", fraction=0.5) as rec:
+        # s0r0a -> segment 1: via agg0-1 the path is min(10, 20) = 10 against 20 via agg0-0: 2:1
+        t = lab.wait_for(lambda: abs(shares(lab, "s0r0a", FAR)["kernel_share"].get("agg0-1", 0) - 1 / 3) < 0.03
+                         and time.time(), timeout=15, what="s0r0a's weights follow the degraded uplink")
+        # and the far side: s1r0a -> segment 0 through agg0-1 ends on the degraded link: also 2:1
+        lab.wait_for(lambda: abs(shares(lab, "s1r0a", NEAR)["kernel_share"].get("agg0-1", 0) - 1 / 3) < 0.03,
+                     timeout=15, what="s1r0a's weights follow the degraded downlink")
+        print(f"weights followed the degradation {t - rec['applied_done']:.2f} s after it was applied")
+        assert fare.problems(fare.weights(lab.runtime, lab.cfgs, "s0r0a")) == []
+        st = lab.runtime.read_status("agg0-1")
+        assert st["advertised_mbit"]["s1r0a>s0r0a"] == 10 and st["advertised_mbit"]["s0r0a>s1r0a"] == 10
+    lab.wait_for(lambda: abs(shares(lab, "s0r0a", FAR)["kernel_share"].get("agg0-1", 0) - 0.5) < 0.03,
+                 timeout=15, what="weights back to equal after the revert")
+    lab.wait_healthy(60)
+
+
+def test_adaptive_weights_leave_a_loaded_link_and_come_back():
+    """fare-adaptive: an agg subtracts the load it measures from each link's capacity. A flow that loads
+    one of s0r0a's uplinks lowers that path's bandwidth, so the weights move off it; idle again, equal."""
+    import os
+
+    import hpnlab
+    from hpnlab.pytest_plugin import lab_name
+
+    over = {"links": {"uplink": {"rate_mbit": 20}}, "multipath": {"mode": "fare-adaptive", "interval_s": 0.5}}
+    with hpnlab.Lab.up("default", name=lab_name("", "fada", os.environ.get("PYTEST_XDIST_WORKER")),
+                       overrides=over) as lab:
+        assert lab.healthy()
+        with lab.probes(src="s0h0", dst="s1h0", rail=0, flows=1, rate=1200, size=1400):  # ~13.6 Mbit/s, one path
+            def moved():
+                w = shares(lab, "s0r0a", FAR)["kernel_share"]
+                return w and max(w.values()) > 0.6 and w
+
+            got = lab.wait_for(moved, timeout=20, what="weights move off the loaded uplink")
+            loaded = {n: s for n in ("agg0-0", "agg0-1") for s in [lab.runtime.read_status(n)]
+                      if s["advertised_mbit"]["s0r0a>s1r0a"] < 20}
+            assert loaded, "no agg advertises less than the capacity while one of its links carries ~14 Mbit/s"
+            print(f"loaded: kernel shares {got}, advertised {({n: s['advertised_mbit'] for n, s in loaded.items()})}")
+        lab.wait_for(lambda: abs(shares(lab, "s0r0a", FAR)["kernel_share"].get("agg0-1", 0) - 0.5) < 0.03,
+                     timeout=20, what="weights equal again once idle")
