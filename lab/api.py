@@ -381,6 +381,16 @@ class Lab:
 
         return impair.clear(self.runtime, self.cfgs, node, iface)
 
+    def weights(self, tor: str) -> dict[str, dict]:
+        """Per destination subnet of a ToR (the other sets of its rail): its kernel's nexthop weights, their
+        shares, and the shares FARE prescribes for the capacities in force (multipath fare; on an ECMP lab
+        with shaped uplinks: what FARE would give, beside the equal weights it has)."""
+        from hpnlab import fare
+
+        if self._cfg(tor).role != "tor":
+            raise SpecError(f"weights: '{tor}' is a {self.role(tor)}; give a ToR")
+        return fare.weights(self.runtime, self.cfgs, tor)
+
     def link_stats(self, node: str) -> dict[str, dict]:
         """Per interface of a node: bytes sent, drops and queue backlog (bytes) right now."""
         import json as _json

@@ -135,8 +135,10 @@ def experiment_page() -> str:
     kinds = ["### Faults\n", "Each entry of `faults:` (and of a variant's) is a mapping: `kind`, `node`, `iface` "
              "(link faults; a list for a multi-port cable), `at` (seconds into the run), `until` (seconds; "
              "default: the end of the run), and for `link-flap` `period` (seconds, default 1) and `count` "
-             "(default 3). `hpnlab fail --list` prints the same kinds.\n", "| kind | what it does |", "|---|---|"]
-    kinds += [f"| `{k}` | {v} |" for k, v in faults.KINDS.items()]
+             "(default 3); a kind with parameters of its own takes them as keys too (below). `hpnlab fail "
+             "--list` prints the same kinds.\n", "| kind | what it does | its own keys (default) |", "|---|---|---|"]
+    kinds += [f"| `{k}` | {v} | {', '.join(f'`{p}` ({d:g})' for p, d in faults.get(k).params.items()) or '-'} |"
+              for k, v in faults.KINDS.items()]
     return HEADER + intro + "\n".join(parts + [""] + kinds) + "\n"
 
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from hpnlab import fare
+from hpnlab.traffic import nodetools
 from hpnlab.verify import check_config
 
 FARE = {"links": {"uplink": {"rate_mbit": 20}}, "multipath": {"mode": "fare"}}
@@ -19,7 +20,7 @@ NEAR = "10.0.0.0/24"  # segment 0's set on rail 0, seen from s1r0a
 
 
 def shares(lab, tor, subnet):
-    return fare.weights(lab.runtime, lab.cfgs, tor)[subnet]
+    return lab.weights(tor)[subnet]
 
 
 def test_every_tor_uses_the_weights_fare_prescribes(hpnlab_lab):
@@ -46,6 +47,11 @@ def test_a_degraded_link_moves_the_weights_both_ways_and_the_revert_moves_them_b
         assert fare.problems(fare.weights(lab.runtime, lab.cfgs, "s0r0a")) == []
         st = lab.runtime.read_status("agg0-1")
         assert st["advertised_mbit"]["s1r0a>s0r0a"] == 10 and st["advertised_mbit"]["s0r0a>s1r0a"] == 10
+        # the path map: the ToR's hash follows its weights (256 source ports, ~128 through s0r0a)
+        res = nodetools.paths(lab.runtime, lab.cfgs, "s0h0", "s1h0", sports=list(range(20000, 20256)))
+        sh = res["shares"]["s0r0a"]["agg0-1"]
+        print(f"s0r0a -> agg0-1: {sh['ports']:.2f} of the source ports, weight share {sh['weight']:.2f}")
+        assert abs(sh["weight"] - 1 / 3) < 0.03 and abs(sh["ports"] - sh["weight"]) < 0.12, res["shares"]
     lab.wait_for(lambda: abs(shares(lab, "s0r0a", FAR)["kernel_share"].get("agg0-1", 0) - 0.5) < 0.03,
                  timeout=15, what="weights back to equal after the revert")
     lab.wait_healthy(60)

@@ -192,3 +192,14 @@ def test_degrade_records_both_ends_at_the_spec_rate_and_lowers_them():
     calls.clear()
     inj.revert(f)
     assert [(n, a[a.index("rate") + 1]) for n, a in calls] == [("s0r0a", "20000kbit"), ("agg0-1", "20000kbit")]
+
+
+def test_frr84_rounding_as_measured_and_what_it_costs_on_wide_ecmp():
+    from hpnlab import frr84
+
+    assert frr84.weights([20, 10]) == [66, 33]  # measured on the default lab with one uplink at half rate
+    assert frr84.weights([20, 20, 20, 10]) == [28, 28, 28, 14]
+    # the paper's 60 aggs with one link at half rate: every weight rounds to 1, FARE's difference is gone
+    assert set(frr84.weights([20] * 59 + [10])) == {1}
+    assert frr84.shares([20] * 59 + [10])[-1] == pytest.approx(1 / 60)
+    assert frr84.weights([0, 0]) == [1, 1]

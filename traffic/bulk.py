@@ -237,6 +237,27 @@ def _mm(st: dict | None) -> str:
     return f"{st['median']:g}/{mx}"
 
 
+def _uneven_axis(ax, links: dict) -> None:
+    """Each below-rate link: its share of its group's bytes (median, whisker to the max) against its
+    capacity share (FARE's aim, green tick) and the equal share (hash ECMP's, grey tick)."""
+    names = list(links)
+    for x, name in enumerate(names):
+        e = links[name]
+        med, mx = e["bytes_share"].get("median"), e["bytes_share"].get("max")
+        if med is not None:
+            ax.bar(x, med, color="tab:blue", alpha=0.75, width=0.6)
+            ax.plot([x, x], [med, mx], color="black", lw=1)
+        ax.plot([x - 0.35, x + 0.35], [e["capacity_share"]] * 2, color="tab:green", lw=2.5)
+        ax.plot([x - 0.35, x + 0.35], [e["equal_share"]] * 2, color="grey", lw=1.5, ls="--")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, fontsize=6)
+    ax.set_ylim(0, 0.45)
+    ax.set_ylabel("share of the group's bytes", fontsize=7)
+    ax.set_title("degraded links: bytes (bar) vs capacity share (green)\nand equal share (grey, dashed)",
+                 fontsize=8)
+    ax.tick_params(labelsize=6)
+
+
 def plot(results: dict, path: Path) -> Path | None:
     """Per variant: the hot NIC's two ToR ports over time (Mbit/s, like Fig. 13, and queue KB, like
     Fig. 14) from the first bulk run, and the downlink-ratio distribution from the path map."""
@@ -250,7 +271,9 @@ def plot(results: dict, path: Path) -> Path | None:
     vs = [(n, v) for n, v in results["variants"].items() if v.get("balance") and v.get("runs")]
     if not vs:
         return None
-    fig, axes = plt.subplots(3, len(vs), figsize=(4.2 * len(vs), 8.5), squeeze=False)
+    uneven = any((v.get("bulk") or {}).get("uneven_links") for _n, v in vs)
+    rows_n = 4 if uneven else 3
+    fig, axes = plt.subplots(rows_n, len(vs), figsize=(4.2 * len(vs), 2.9 * rows_n), squeeze=False)
     for j, (name, v) in enumerate(vs):
         w = v["runs"][0]["workload"]
         for port, rows in (w.get("port_series") or {}).items():
@@ -288,7 +311,9 @@ def plot(results: dict, path: Path) -> Path | None:
         ax.set_title("downlink ratio over flow sets (path map;\nhatched: inf, an idle link beside a busy one)",
                      fontsize=8)
         ax.tick_params(labelsize=6)
+        if uneven:
+            _uneven_axis(axes[3][j], (v.get("bulk") or {}).get("uneven_links") or {})
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110 if len(vs) <= 4 else 80)  # many variants: a wide figure, kept under ~1 MB
     plt.close(fig)
     return path

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hpnlab import fare
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.models import Nic, NodeConfig
 from hpnlab.proc import run
@@ -78,7 +79,26 @@ def paths(rt: Runtime, cfgs: dict, src: str, dst: str, rail: int = 0, sports: li
     Returns {"src", "dst", "dport", "proto", "paths": [{"sport", "tor", "agg", "dst_tor"}]}."""
     rows = path_map(rt, cfgs, src, [dst], rail, sports, dport, proto)
     return {"src": nic_of(cfgs[src], rail).ip, "dst": nic_of(cfgs[dst], rail).ip, "dport": dport,
-            "proto": proto, "paths": [{k: r[k] for k in ("sport", "tor", "agg", "dst_tor")} for r in rows]}
+            "proto": proto, "paths": [{k: r[k] for k in ("sport", "tor", "agg", "dst_tor")} for r in rows],
+            "shares": shares(rt, rows, nic_of(cfgs[dst], rail).subnet)}
+
+
+def shares(rt: Runtime, rows: list[dict], subnet: str) -> dict[str, dict]:
+    """Per first-hop ToR: the share of the probed source ports each agg got, beside the share of the ToR's
+    kernel nexthop weights for the destination's subnet (equal under ECMP; FARE's under multipath fare)."""
+    by: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r["tor"] != "?" and r["agg"] != "?":
+            by.setdefault(r["tor"], {}).setdefault(r["agg"], 0)
+            by[r["tor"]][r["agg"]] += 1
+    out = {}
+    for tor, n in sorted(by.items()):
+        routes = rt.run(tor, ["ip", "-4", "-j", "route", "show"], check=False, timeout=10).stdout
+        w = fare.kernel_weights(routes, [subnet]).get(str(subnet), {})
+        tw, tn = sum(w.values()), sum(n.values())
+        out[tor] = {a: {"ports": round(n.get(a, 0) / tn, 3), "weight": round(w[a] / tw, 3) if tw and a in w else None}
+                    for a in sorted(set(n) | set(w))}
+    return out
 
 
 def arp(rt: Runtime, cfgs: dict, node: str, iface: str, target: str) -> dict:

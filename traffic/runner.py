@@ -22,7 +22,7 @@ from hpnlab.proc import kill_pids
 from hpnlab.progress import Progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import bulk, measure, report, routemon, workloads
+from hpnlab.traffic import measure, report, routemon, workloads
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
@@ -225,7 +225,7 @@ def drop_incomplete(out: Path) -> list[str]:
 def variant_record(plan: Plan) -> dict:
     """What results.json says of a variant before it runs."""
     return {"description": plan.description, "lab": plan.spec.name, "spec_overrides": plan.overrides,
-            "select": plan.workload.select, "hash": plan.spec.hash.model_dump(),
+            "workload": plan.workload.kind, "select": plan.workload.select, "hash": plan.spec.hash.model_dump(),
             "access": plan.spec.access, "tier2": plan.spec.tier2,
             "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
             "multipath": plan.spec.multipath.model_dump(), "links": plan.spec.links.model_dump(),
@@ -278,12 +278,19 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1))
     tmp.replace(out / "results.json")
-    if any(v.get("balance") for v in results["variants"].values()):  # the load-balance figures
-        png, table = bulk.plot(results, out / "plot.png"), bulk.summary_table(results)
+    kinds = {workload_of(v) for v in results["variants"].values()}
+    kind = workloads.get(kinds.pop()) if len(kinds) == 1 else None
+    if kind is not None and kind.own_report:
+        png, table = kind.plot(results, out / "plot.png"), kind.summary_table(results)
     else:
         png, table = report.plot(results, out / "plot.png"), report.summary_table(results)
     (out / "summary.txt").write_text(table + "\n")
     return png, table
+
+
+def workload_of(v: dict) -> str:
+    """A variant's workload kind (results written before it was recorded: elephant runs left a path map)."""
+    return v.get("workload") or ("elephant" if v.get("balance") else "none")
 
 
 def tracked(path: Path) -> bool:

@@ -164,6 +164,10 @@ def probe_cmd(args) -> int:
             key = (r["tor"], r["agg"], r["dst_tor"])
             by[key] = by.get(key, 0) + 1
         print("spread: " + ", ".join(f"{'/'.join(k)}: {n}" for k, n in sorted(by.items())))
+        for tor, aggs in res["shares"].items():  # what the hash did against the weights it hashes by
+            print(f"{tor}: share of source ports / of the kernel's weight per agg: " + ", ".join(
+                f"{a} {x['ports']:.2f}/{'-' if x['weight'] is None else format(x['weight'], '.2f')}"
+                for a, x in aggs.items()))
         return 0
     if args.mode == "arp":
         res = nodetools.arp(rt, cfgs, args.node, args.iface, args.target)

@@ -19,6 +19,7 @@ class WorkloadKind:
     kind = ""
     help = ""
     series_label = ""  # what ``rate_series`` measures, for the plot's legend ("" : nothing to draw)
+    own_report = False  # True: summary.txt and plot.png come from summary_table/plot below, not the probes'
 
     def check(self, w, spec, cfgs: dict[str, NodeConfig], where: str) -> None:
         """Refuse, in one line, what this kind cannot run (before any lab comes up)."""
@@ -66,6 +67,14 @@ class WorkloadKind:
     def reanalyse(self, v: dict, raw: Path, plan, runs: list[dict]) -> dict:
         """The variant-level figures recomputed from raw/ (--reanalyse)."""
         return self.aggregate(runs)
+
+    def summary_table(self, results: dict) -> str:
+        """summary.txt of an experiment whose variants run this kind (``own_report``)."""
+        raise NotImplementedError
+
+    def plot(self, results: dict, path: Path) -> Path | None:
+        """plot.png of such an experiment; None where matplotlib is missing or nothing finished."""
+        raise NotImplementedError
 
 
 REGISTRY: dict[str, WorkloadKind] = {}

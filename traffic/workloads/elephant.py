@@ -118,6 +118,18 @@ class Elephant(WorkloadKind):
 
         return {"bulk": bulk.aggregate(runs)}
 
+    own_report = True  # the path-map and bulk figures (and the load-balance plot) replace the probes' table
+
+    def summary_table(self, results):
+        from hpnlab.traffic import bulk
+
+        return bulk.summary_table(results)
+
+    def plot(self, results, path):
+        from hpnlab.traffic import bulk
+
+        return bulk.plot(results, path)
+
     def raw_needed(self, raw):
         return [raw / "pathmap.json"]
 
