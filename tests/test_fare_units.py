@@ -203,3 +203,44 @@ def test_frr84_rounding_as_measured_and_what_it_costs_on_wide_ecmp():
     assert set(frr84.weights([20] * 59 + [10])) == {1}
     assert frr84.shares([20] * 59 + [10])[-1] == pytest.approx(1 / 60)
     assert frr84.weights([0, 0]) == [1, 1]
+
+
+RATE = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 40000), st.text(max_size=5), st.none())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.fixed_dictionaries({
+    "multipath": st.one_of(st.none(), st.fixed_dictionaries({
+        "mode": st.one_of(st.sampled_from(["ecmp", "fare", "fare-adaptive"]), st.text(max_size=6)),
+        "interval_s": RATE})),
+    "links": st.fixed_dictionaries({
+        "uplink": st.one_of(st.none(), st.fixed_dictionaries({"rate_mbit": RATE})),
+        "per_link": st.lists(st.fixed_dictionaries({
+            "node": st.sampled_from(["s0r0a", "agg0-1", "s1h0", "x", ""]),
+            "iface": st.sampled_from(["agg0-1", "s0r0a", "r0p0", "h0p0", "peer", "nope"]),
+            "rate_mbit": RATE}), max_size=3)}),
+}))
+def test_fuzzed_fare_specs_are_one_line_spec_errors_or_render(doc):
+    """Whatever multipath and per-link values a user writes: a lab that renders, or one SpecError line."""
+    from hpnlab.render import render
+    from hpnlab.topology import build
+
+    data = {"name": "fz", "segments": 2, "hosts_per_segment": 1, "rails": 1,
+            **{k: v for k, v in doc.items() if v is not None}}
+    try:
+        files = render(build(parse_spec(data)))
+    except SpecError as e:
+        assert "\n" not in str(e) and len(str(e)) < 400 and "spec" in str(e)
+    else:
+        assert "agg0-0/frr.conf" in files
+
+
+def test_bad_fare_input_on_the_command_line_is_exit_2(tmp_path):
+    p = tmp_path / "f.yml"
+    p.write_text("name: f\nlinks: {uplink: {rate_mbit: 20}, per_link: [{node: s0r0a, iface: agg9-9, rate_mbit: 10}]}\n"
+                 "multipath: {mode: fare}\n")
+    r = subprocess.run([sys.executable, "-m", "hpnlab", "generate", str(p), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "links.per_link.0" in lines[0] and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
