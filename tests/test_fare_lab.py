@@ -5,6 +5,9 @@ adaptive mode is brought up beside it in its own lab."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -32,6 +35,10 @@ def test_every_tor_uses_the_weights_fare_prescribes(hpnlab_lab):
     assert len(w["kernel"]) == 2 and len(set(w["kernel"].values())) == 1, w  # a weighted multipath, equal
     st = lab.runtime.read_status("agg0-1")
     assert st["mode"] == "fare" and set(st["advertised_mbit"].values()) == {20}
+    r = subprocess.run([sys.executable, "-m", "hpnlab", "status", "--lab", lab.name, "--json"], capture_output=True,
+                       text=True, timeout=60)
+    rows = {x["node"]: x for x in json.loads(r.stdout)["nodes"]}
+    assert r.returncode == 0 and rows["agg0-1"]["ok"] and rows["agg0-1"]["fare"].startswith("20-20 Mbit/s"), rows["agg0-1"]
 
 
 def test_a_degraded_link_moves_the_weights_both_ways_and_the_revert_moves_them_back(hpnlab_lab):

@@ -146,12 +146,15 @@ def status(args) -> int:
             oks.append(ag["ok"])
         st = verify.read_status(rt, n) or {}
         ports = st.get("ports", []) if c.role == "tor" else [p for nic in st.get("nics", []) for p in nic["ports"]]
-        if "agent" in row and c.mechanisms["lacp"]:
+        if "agent" in row and c.mechanisms["lacp"] and c.role in ("tor", "host"):
             cd = sum(p["mux"] == "collecting_distributing" for p in ports)
             row["lacp"] = f"{cd}/{len(ports)} ports C/D"
             oks.append(bool(ports) and cd == len(ports))
         if c.role == "tor":
             row["host_routes"] = len(st.get("host_routes", {}))
+        if c.multipath and st.get("advertised_mbit"):  # an agg's FARE agent: what it advertises now
+            bw = st["advertised_mbit"].values()
+            row["fare"] = f"{min(bw)}-{max(bw)} Mbit/s, {st.get('updates', 0)} updates"
         row["ok"] = all(oks)
         rows.append(row)
     healthy = all(r["ok"] for r in rows)
@@ -161,7 +164,7 @@ def status(args) -> int:
         print()
         return 0 if healthy else 1
     cols = ["node", "role"] + (["container"] if containers is not None else []) + \
-        ["frr", "bgp", "agent", "lacp", "host_routes"]
+        ["frr", "bgp", "agent", "lacp", "host_routes"] + (["fare"] if any("fare" in r for r in rows) else [])
     for r in rows:
         r["role"] = r["role"] if r["ok"] else f"{r['role']} !"
     widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in cols}
