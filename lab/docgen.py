@@ -123,7 +123,7 @@ def spec_page() -> str:
 
 
 def experiment_page() -> str:
-    from hpnlab.traffic import faults
+    from hpnlab.traffic import faults, workloads
     from hpnlab.traffic.experiment import ExperimentFile
 
     intro = ("# Experiment file reference\n\nAn experiment file (`experiments/*.yml`) runs each variant's lab, "
@@ -132,6 +132,10 @@ def experiment_page() -> str:
              "is validated before a lab comes up, including that every fault and probe names a real node and "
              "interface of its variant's lab.\n\n")
     parts = model_sections(ExperimentFile)
+    for k, kind in workloads.REGISTRY.items():  # each kind's own keys (traffic/workloads/<kind>.py)
+        sec = model_sections(kind.Params, "workload.", set(), {})
+        rows = [r for r in sec[2:] if not r.startswith("| `workload.kind`")]
+        parts += [f"### `workload` of kind `{k}`\n", f"{kind.help[0].upper()}{kind.help[1:]}.\n"] + rows
     kinds = ["### Faults\n", "Each entry of `faults:` (and of a variant's) is a mapping: `kind`, `node`, `iface` "
              "(link faults; a list for a multi-port cable), `at` (seconds into the run), `until` (seconds; "
              "default: the end of the run), and for `link-flap` `period` (seconds, default 1) and `count` "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,23 @@ def test_the_alltoall_plan_sends_every_host_to_every_other():
         flows = p["argv"][p["argv"].index("--flows") + 1].split(",")
         assert len(flows) == 3 * 2 and len({f.split(":")[1] for f in flows}) == 6  # 3 peers x 2, distinct ports
         assert plan.host_ip(p["node"], 0) not in {f.split(":")[0] for f in flows}
+
+
+def test_each_workload_kind_takes_only_its_own_keys(tmp_path):
+    """The parameter model is the kind's (traffic/workloads/<kind>.py): a key of another kind is one line
+    naming the key and the kind, and each kind has its own defaults (elephant: placed by hash)."""
+    from hpnlab.errors import SpecError
+    from hpnlab.traffic import experiment
+
+    def load(workload: dict):
+        p = tmp_path / "w.yml"
+        p.write_text(f"name: w\nduration: 5\nworkload: {json.dumps(workload)}\n")
+        return experiment.load(p).plans[0].workload
+
+    with pytest.raises(SpecError) as e:
+        load({"kind": "elephant", "streams": 4})
+    assert "'workload.streams': not a key of workload kind 'elephant'" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(SpecError, match="'workload.select'"):
+        load({"kind": "allreduce", "select": "hash"})
+    assert load({"kind": "elephant"}).select == "hash" and load({"kind": "allreduce"}).select == "least-loaded"
+    assert not hasattr(load({"kind": "none"}), "size_kb")

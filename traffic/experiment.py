@@ -6,7 +6,7 @@ and interface of its variant's lab), so a typo fails in a second with one line, 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -16,7 +16,7 @@ from hpnlab.paths import data_dir
 from hpnlab.spec import Spec, _field_path, merge, parse_spec, read_yaml
 from hpnlab.traffic import faults as faultmod
 from hpnlab.traffic import workloads
-from hpnlab.traffic.workloads.base import check_hosts
+from hpnlab.traffic.workloads.base import WorkloadParams, check_hosts
 
 EXPERIMENTS = data_dir("experiments")
 SETTLE = 2.0  # seconds from one fault's repair to the next fault (1 s to settle, 1 s to count what is lost)
@@ -38,9 +38,10 @@ class Probe(_Strict):
     size: int = Field(64, ge=24, le=1400, description="UDP payload bytes")
 
 
-class Workload(_Strict):
-    """The training-like traffic beside the probes."""
+class Workload(BaseModel):
+    """The training-like traffic beside the probes: ``kind`` and that kind's own keys (below, per kind)."""
 
+    model_config = ConfigDict(extra="allow")  # each kind's keys are checked by its own model (Params)
     kind: str = Field("none", description="which workload: " + "; ".join(
         f"{k}: {v.help}" for k, v in workloads.REGISTRY.items()))
 
@@ -50,22 +51,6 @@ class Workload(_Strict):
         if v not in workloads.REGISTRY:
             raise ValueError(f"must be one of {', '.join(workloads.REGISTRY)}")
         return v
-    rail: int = Field(0, ge=0, description="which rail the workload uses")
-    hosts: list[str] | None = Field(None, description="allreduce: the ring's order (default: every host)")
-    size_kb: int = Field(1024, ge=1, le=1 << 20, description="allreduce: bytes per iteration; elephant: per flow")
-    connections: int = Field(4, ge=1, le=64, description="allreduce: connections per peer")
-    # allreduce: one | least-loaded; elephant: hash (the hash places each flow) | disjoint (HPN's selection)
-    select: Literal["one", "least-loaded", "hash", "disjoint"] = Field("least-loaded", description=(
-        "allreduce: one connection, or the least-loaded of several (HPN App. B); elephant: hash (the switches' "
-        "hash places each flow) or disjoint (HPN's path selection)"))
-    src: str | None = Field(None, description="iperf3: the client host")
-    dst: str | None = Field(None, description="iperf3: the server host")
-    streams: int = Field(4, ge=1, le=64, description="iperf3: parallel streams")
-    # elephant: every host sends flows_per_peer flows to every host of the other segments
-    flows_per_peer: int = Field(2, ge=1, le=64, description="elephant: flows from every host to each host of the other segments")
-    pool: int = Field(64, ge=2, le=1024, description="source ports probed per host pair for the path map")
-    sets: int = Field(100, ge=1, le=100000, description="random flow sets laid onto the map")
-    sample_ms: int = Field(100, ge=10, le=10000, description="port counter / queue sampling interval")
 
 
 class Variant(_Strict):
@@ -100,7 +85,7 @@ class Plan:
     """One variant, fully resolved: its lab spec, node configs, probes, workload and faults."""
 
     def __init__(self, name: str, description: str, spec: Spec, overrides: dict, cfgs: dict[str, NodeConfig],
-                 probes: list[Probe], workload: Workload, faults: list[faultmod.Fault]):
+                 probes: list[Probe], workload: WorkloadParams, faults: list[faultmod.Fault]):
         self.name, self.description, self.spec, self.overrides = name, description, spec, overrides
         self.cfgs, self.probes, self.workload, self.faults = cfgs, probes, workload, faults
         self.flows: list[dict] = []  # elephant workload: this repetition's flows (from the path map)
@@ -109,7 +94,7 @@ class Plan:
         return self.cfgs[host].nic(rail).ip
 
     def ring(self) -> list[str]:
-        return self.workload.hosts or sorted(n for n, c in self.cfgs.items() if c.role == "host")
+        return getattr(self.workload, "hosts", None) or sorted(n for n, c in self.cfgs.items() if c.role == "host")
 
 
 class Experiment:
@@ -192,7 +177,8 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         spec = parse_spec(merged, where + " spec")
         cfgs = node_configs(spec)
         probes = v.probes if v.probes is not None else doc.probes
-        workload = v.workload if v.workload is not None else doc.workload
+        given = v.workload if v.workload is not None else doc.workload
+        workload = workloads.get(given.kind).parse(given.model_dump(), f"{p.name}: variants.{i} ({v.name})")
         for j, pr in enumerate(probes):
             check_hosts(f"{where} probes.{j}", [pr.src, pr.dst], cfgs, pr.rail)
             if pr.src == pr.dst:

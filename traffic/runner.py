@@ -225,7 +225,7 @@ def drop_incomplete(out: Path) -> list[str]:
 def variant_record(plan: Plan) -> dict:
     """What results.json says of a variant before it runs."""
     return {"description": plan.description, "lab": plan.spec.name, "spec_overrides": plan.overrides,
-            "workload": plan.workload.kind, "select": plan.workload.select, "hash": plan.spec.hash.model_dump(),
+            "workload": plan.workload.kind, "select": getattr(plan.workload, "select", None), "hash": plan.spec.hash.model_dump(),
             "access": plan.spec.access, "tier2": plan.spec.tier2,
             "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
             "multipath": plan.spec.multipath.model_dump(), "links": plan.spec.links.model_dump(),

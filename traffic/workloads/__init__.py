@@ -6,7 +6,7 @@ in this folder: every module here is imported, and its ``@register`` adds it."""
 import importlib
 import pkgutil
 
-from hpnlab.traffic.workloads.base import REGISTRY, WorkloadKind, get, names, register  # noqa: F401
+from hpnlab.traffic.workloads.base import REGISTRY, WorkloadKind, WorkloadParams, get, names, register  # noqa: F401
 
 for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     importlib.import_module(f"{__name__}.{_m}")

@@ -3,9 +3,19 @@
 
 import json
 import sys
+from typing import Literal
 
-from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import WorkloadKind, check_hosts, register
+from pydantic import Field
+
+from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, check_hosts, register
+
+
+class AllReduceParams(WorkloadParams):
+    hosts: list[str] | None = Field(None, description="the ring's order (default: every host)")
+    size_kb: int = Field(1024, ge=1, le=1 << 20, description="bytes each iteration reduces, KB")
+    connections: int = Field(4, ge=1, le=64, description="connections per peer")
+    select: Literal["one", "least-loaded"] = Field("least-loaded", description=(
+        "one connection per peer, or each segment on the least-loaded of several (HPN App. B)"))
 
 
 @register
@@ -13,12 +23,10 @@ class AllReduce(WorkloadKind):
     kind = "allreduce"
     help = "a ring all-reduce; iterations/s is the training throughput"
     series_label = "all-reduce iterations"
+    Params = AllReduceParams
 
     def check(self, w, spec, cfgs, where):
         check_hosts(f"{where} workload.hosts", list(w.hosts or []), cfgs, w.rail)
-        if w.select not in ("one", "least-loaded"):
-            raise SpecError(f"{where} workload.select: all-reduce sends on 'one' or 'least-loaded' connections "
-                            f"(got '{w.select}')")
 
     def launch(self, plan, run_dir, t0, duration):
         w = plan.workload

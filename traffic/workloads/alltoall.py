@@ -7,17 +7,25 @@ node program (hpnlab.node.elephant); nothing else in hpnlab changed to add it.""
 import json
 import sys
 
+from pydantic import Field
+
 from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import WorkloadKind, register, senders_done
+from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, register, senders_done
 
 PORT = 5400
 SPORT_BASE = 40000  # this host's connections to its peers: 40000 + peer index x connections + i
+
+
+class AllToAllParams(WorkloadParams):
+    size_kb: int = Field(1024, ge=1, le=1 << 20, description="bytes each host sends each other host, KB")
+    connections: int = Field(4, ge=1, le=64, description="connections from each host to each other host")
 
 
 @register
 class AllToAll(WorkloadKind):
     kind = "alltoall"
     help = "one all-to-all round between every host of the rail (MoE); its completion time"
+    Params = AllToAllParams
 
     def check(self, w, spec, cfgs, where):
         hosts = [n for n, c in cfgs.items() if c.role == "host"]

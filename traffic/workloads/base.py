@@ -7,19 +7,44 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from hpnlab.errors import SpecError
 from hpnlab.models import NodeConfig
 
 START_SLACK = 2.0  # seconds between launching a repetition's processes and its common start time t0
 
 
+class WorkloadParams(BaseModel):
+    """Keys every workload takes; a kind's own ``Params`` subclass adds its keys and their defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field("none", description="which workload (the kinds below)")
+    rail: int = Field(0, ge=0, description="which rail (NIC) of the hosts the workload uses")
+
+
 class WorkloadKind:
-    """One kind of workload. ``kind`` names it in experiment files; the rest are hooks with defaults."""
+    """One kind of workload. ``kind`` names it in experiment files, ``Params`` its keys (a pydantic model);
+    the rest are hooks with defaults."""
 
     kind = ""
     help = ""
+    Params: type[WorkloadParams] = WorkloadParams
     series_label = ""  # what ``rate_series`` measures, for the plot's legend ("" : nothing to draw)
     own_report = False  # True: summary.txt and plot.png come from summary_table/plot below, not the probes'
+
+    def parse(self, data: dict, where: str) -> WorkloadParams:
+        """The experiment file's ``workload:`` mapping as this kind's parameters; one line naming the key."""
+        try:
+            return self.Params.model_validate(data)
+        except ValidationError as err:
+            e = err.errors(include_url=False)[0]
+            key = ".".join(str(x) for x in e["loc"]) or "workload"
+            if e["type"] == "extra_forbidden":
+                known = ", ".join(self.Params.model_fields)
+                raise SpecError(f"{where}: experiment field 'workload.{key}': not a key of workload kind "
+                                f"'{self.kind}' (its keys: {known})") from None
+            raise SpecError(f"{where}: experiment field 'workload.{key}': {e['msg']}") from None
 
     def check(self, w, spec, cfgs: dict[str, NodeConfig], where: str) -> None:
         """Refuse, in one line, what this kind cannot run (before any lab comes up)."""

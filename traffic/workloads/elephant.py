@@ -5,9 +5,22 @@ import json
 import random
 import sys
 import time
+from typing import Literal
+
+from pydantic import Field
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import WorkloadKind, register, senders_done
+from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, register, senders_done
+
+
+class ElephantParams(WorkloadParams):
+    flows_per_peer: int = Field(2, ge=1, le=64, description="flows from every host to each host of the other segments")
+    size_kb: int = Field(1024, ge=1, le=1 << 20, description="bytes per flow, KB")
+    select: Literal["hash", "disjoint"] = Field("hash", description=(
+        "hash: the switches' hash places each flow; disjoint: HPN's path selection on the path map"))
+    pool: int = Field(64, ge=2, le=1024, description="source ports probed per host pair for the path map")
+    sets: int = Field(100, ge=1, le=100000, description="random flow sets laid onto the map")
+    sample_ms: int = Field(100, ge=10, le=10000, description="port counter / queue sampling interval")
 
 
 def analyse_map(rows: list[dict], plan) -> dict:
@@ -28,11 +41,9 @@ def _fmt(st: dict) -> str:
 class Elephant(WorkloadKind):
     kind = "elephant"
     help = "bulk flows between segments, placed on a probed path map by hash or disjoint selection"
+    Params = ElephantParams
 
     def check(self, w, spec, cfgs, where):
-        if w.select not in ("hash", "disjoint"):
-            raise SpecError(f"{where} workload.select: elephant flows are placed by 'hash' or 'disjoint' "
-                            f"(got '{w.select}')")
         if w.pool < w.flows_per_peer:
             raise SpecError(f"{where} workload.pool: probe at least flows_per_peer ({w.flows_per_peer}) "
                             f"source ports per pair")

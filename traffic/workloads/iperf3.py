@@ -2,8 +2,16 @@
 
 import json
 
+from pydantic import Field
+
 from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import START_SLACK, WorkloadKind, check_hosts, register
+from hpnlab.traffic.workloads.base import START_SLACK, WorkloadKind, WorkloadParams, check_hosts, register
+
+
+class Iperf3Params(WorkloadParams):
+    src: str | None = Field(None, description="the client host (it sends)")
+    dst: str | None = Field(None, description="the server host")
+    streams: int = Field(4, ge=1, le=64, description="parallel streams (-P)")
 
 
 @register
@@ -11,6 +19,7 @@ class Iperf3(WorkloadKind):
     kind = "iperf3"
     help = "one iperf3 transfer between workload.src and workload.dst"
     series_label = "iperf3 throughput"
+    Params = Iperf3Params
 
     def check(self, w, spec, cfgs, where):
         if not w.src or not w.dst:
