@@ -249,3 +249,20 @@ def test_each_workload_kind_takes_only_its_own_keys(tmp_path):
         load({"kind": "allreduce", "select": "hash"})
     assert load({"kind": "elephant"}).select == "hash" and load({"kind": "allreduce"}).select == "least-loaded"
     assert not hasattr(load({"kind": "none"}), "size_kb")
+
+
+def test_progress_is_one_display_and_takes_a_plain_callable(capsys):
+    """Library callers may pass any callable(str): it gets the phase lines, never a bar; the default
+    display stamps lines with the elapsed time on stderr and keeps stdout clean."""
+    from hpnlab.progress import Progress, as_progress
+
+    got: list[str] = []
+    p = as_progress(got.append)
+    p("bringing up")
+    p.bar("rep 1/3", 1.0, 9.0, "no fault active")
+    p.end_bar()
+    assert got == ["bringing up"]
+    Progress()("a step")
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.rstrip().endswith("a step") and out.err.startswith("[")
+    assert as_progress(None).quiet

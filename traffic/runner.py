@@ -14,12 +14,13 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from hpnlab import kernel, runtime as runtimes
 from hpnlab.api import Lab, Unhealthy
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.proc import kill_pids
-from hpnlab.progress import Progress
+from hpnlab.progress import Progress, as_progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
 from hpnlab.traffic import measure, report, routemon, workloads
@@ -168,10 +169,12 @@ def keep_logs(lab: Lab, dest: Path) -> None:
             pass
 
 
-def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress,
+def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress | Callable[[str], None],
                    up_timeout: float | None = None) -> dict:
     """Every variant in turn; a variant that fails is reported as such and the others still run.
-    ``up_timeout``: seconds a variant's lab may take to come up healthy (default: the file's ``up_timeout``)."""
+    ``up_timeout``: seconds a variant's lab may take to come up healthy (default: the file's ``up_timeout``).
+    ``progress``: a ``hpnlab.progress.Progress`` (phase lines and, on a terminal, a bar) or any callable(str)."""
+    progress = as_progress(progress)
     refuse_on_this_kernel(exp, runtime)
     out.mkdir(parents=True, exist_ok=True)
     doc = exp.doc
