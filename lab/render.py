@@ -83,6 +83,11 @@ def per_link_rates(topo: Topology) -> dict[tuple[str, str], float]:
         if lk.kind not in ("access", "uplink", "core"):
             raise SpecError(f"spec field 'links.per_link.{i}': {r.node}:{r.iface} is a {lk.kind} link; "
                             f"give an access, uplink or core link")
+        mode = topo.spec.multipath.mode
+        if mode != "ecmp" and lk.kind == "uplink" and not 1 <= r.rate_mbit <= 25600:
+            # FARE carries an uplink's rate in BGP: FRR 8.4's 'set extcommunity bandwidth' takes 1..25600 Mbit/s
+            raise SpecError(f"spec field 'links.per_link.{i}.rate_mbit': {r.rate_mbit:g} with multipath.mode "
+                            f"'{mode}': an uplink's rate is carried in BGP as 1..25600 Mbit/s (FRR 8.4)")
         for e in (lk.a, lk.b):
             out[(e.node, e.iface)] = r.rate_mbit
     return out

@@ -304,12 +304,12 @@ class Spec(_Strict):
         if self.links.uplink is None:
             raise ValueError(f"multipath.mode '{mode}' weighs each path by its links' capacity: give "
                              f"links.uplink, e.g. {{rate_mbit: 20}}")
-        # FRR 8.4 carries link bandwidth in whole Mbit/s, 1..25600 ('set extcommunity bandwidth')
-        for where, rate in [("links.uplink.rate_mbit", self.links.uplink.rate_mbit)] + \
-                [(f"links.per_link.{i}.rate_mbit", r.rate_mbit) for i, r in enumerate(self.links.per_link)]:
-            if not 1 <= rate <= 25600:
-                raise ValueError(f"{where} {rate:g}: with multipath.mode '{mode}' link rates are carried in BGP "
-                                 f"as 1..25600 Mbit/s (FRR 8.4); scale the lab's rates into that range")
+        # FRR 8.4 carries link bandwidth in whole Mbit/s, 1..25600 ('set extcommunity bandwidth'); a
+        # per_link rate is checked where its link's kind is known (render.per_link_rates)
+        rate = self.links.uplink.rate_mbit
+        if not 1 <= rate <= 25600:
+            raise ValueError(f"links.uplink.rate_mbit {rate:g}: with multipath.mode '{mode}' uplink rates are "
+                             f"carried in BGP as 1..25600 Mbit/s (FRR 8.4); scale the lab's rates into that range")
 
     # Derived sizes (pure, used by validation and the topology builder).
     @property

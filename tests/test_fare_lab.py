@@ -26,6 +26,7 @@ def shares(lab, tor, subnet):
     return lab.weights(tor)[subnet]
 
 
+@pytest.mark.kernel  # also on Debian 12's stock kernel, in the VM (tests/test_vm.py)
 def test_every_tor_uses_the_weights_fare_prescribes(hpnlab_lab):
     lab = hpnlab_lab
     bad = {c["name"]: c["detail"] for c in check_config(lab.runtime, lab.cfgs) if not c["ok"]}
@@ -41,6 +42,7 @@ def test_every_tor_uses_the_weights_fare_prescribes(hpnlab_lab):
     assert r.returncode == 0 and rows["agg0-1"]["ok"] and rows["agg0-1"]["fare"].startswith("20-20 Mbit/s"), rows["agg0-1"]
 
 
+@pytest.mark.kernel
 def test_a_degraded_link_moves_the_weights_both_ways_and_the_revert_moves_them_back(hpnlab_lab):
     lab = hpnlab_lab
     with lab.fault("degrade", node="s0r0a", iface="agg0-1", fraction=0.5) as rec:

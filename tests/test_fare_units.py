@@ -244,3 +244,18 @@ def test_bad_fare_input_on_the_command_line_is_exit_2(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "links.per_link.0" in lines[0] and "Traceback" not in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_per_link_rates_outside_bgp_range_are_refused_only_on_uplinks():
+    """FARE carries uplink rates in BGP (1..25600 Mbit/s); a slow access link is no concern of it."""
+    from hpnlab.render import render
+    from hpnlab.topology import build
+
+    def with_link(iface):
+        links = {"uplink": {"rate_mbit": 20}, "access": {"rate_mbit": 20},
+                 "per_link": [{"node": "s0r0a", "iface": iface, "rate_mbit": 0.5}]}
+        return render(build(parse_spec({**BASE, "links": links})))
+
+    assert "s0r0a/node.json" in with_link("h0p0")
+    with pytest.raises(SpecError, match=r"'links.per_link.0.rate_mbit': 0.5 .*1..25600"):
+        with_link("agg0-1")

@@ -249,3 +249,28 @@ def test_containerlab_deploy_alone_gives_a_lab_attach_finds_healthy(rtlab, tmp_p
         rtlab.hpnlab("down", "--lab", "rta", check=False)
         subprocess.run(["containerlab", "destroy", "-t", str(topo)], capture_output=True, env=rtlab.env, timeout=300)
     assert clab_leftovers("rta") == [] and topo.exists()  # the user's files stay
+
+
+def test_fare_weights_reach_every_tors_kernel(rtlab, tmp_path):
+    """FARE through the whole path of this runtime: the rendered route-maps, the agg's agent started by
+    the runtime (the node's own boot, in a container), FRR's link-bandwidth community and the kernel's
+    nexthop weights. One uplink runs at half rate, so verify (whose config check holds every ToR's
+    weights to FARE's) passes only if the weights are 2:1 where that link is on the path."""
+    name = {"netns": "rtfn", "clab": "rtfc", "docker": "rtfd"}[rtlab.runtime]
+    spec = tmp_path / f"{name}.yml"
+    spec.write_text((ROOT / "examples" / "default.yml").read_text().replace("name: hpn", f"name: {name}")
+                    + "links: {uplink: {rate_mbit: 20}, per_link: [{node: s0r0a, iface: agg0-1, rate_mbit: 10}]}\n"
+                    + "multipath: {mode: fare}\n")
+    rt = "clab" if rtlab.runtime == "docker" else rtlab.runtime
+    rtlab.hpnlab("down", "--lab", name, check=False)
+    try:
+        res = json.loads(rtlab.hpnlab("up", str(spec), "--runtime", rt, "--json").stdout)
+        assert res["ok"] is True
+        fare_ok = [c for c in res["checks"] if c["name"] == "config s0r0a"]
+        assert fare_ok and "FARE weights as prescribed" in fare_ok[0]["detail"], fare_ok
+        st = json.loads(rtlab.hpnlab("status", "--lab", name, "--json").stdout)
+        agg = {n["node"]: n for n in st["nodes"]}["agg0-1"]
+        assert agg["ok"] and agg["fare"].startswith("10-20 Mbit/s"), agg
+    finally:
+        rtlab.hpnlab("down", "--lab", name, check=False)
+    assert rtlab.leftovers(name) == []

@@ -292,21 +292,27 @@ def test_run_interrupted_reverts_faults_and_removes_the_lab(tmp_path):
                 if Path(f"/proc/{pid}/cmdline").exists()]
 
 
+def _workload_check(tmp_path: Path, name: str, prefix: str, duration: float, workload: str, fault: str) -> dict:
+    """A one-variant (Clos) experiment on the default lab: probes s0h0 -> s1h0, the workload, one fault."""
+    exp = tmp_path / f"{name}.yml"
+    exp.write_text(f"""name: {name}
+spec: {ROOT / 'examples' / 'default.yml'}
+duration: {duration}
+repetitions: 1
+lab_prefix: {prefix}
+probes: [{{name: up, src: s0h0, dst: s1h0, flows: 8, rate: 100}}]
+workload: {workload}
+faults: [{fault}]
+variants: [{{name: clos, spec: {{tier2: clos}}}}]
+""")
+    return _run(str(exp), tmp_path / "out")
+
+
 def test_iperf3_workload_reports_throughput_intervals(tmp_path):
     """The real iperf3 as the workload: 100 ms interval reports become the throughput series."""
     _need_lab_machine()
-    exp = tmp_path / "ip.yml"
-    exp.write_text(f"""name: iperf3-check
-spec: {ROOT / 'examples' / 'default.yml'}
-duration: 5
-repetitions: 1
-lab_prefix: ipf
-probes: [{{name: up, src: s0h0, dst: s1h0, flows: 8, rate: 100}}]
-workload: {{kind: iperf3, src: s0h0, dst: s1h0, streams: 2}}
-faults: [{{kind: link-down, node: s0h0, iface: r0p1, at: 2, until: 3.5}}]
-variants: [{{name: clos, spec: {{tier2: clos}}}}]
-""")
-    res = _run(str(exp), tmp_path / "out")
+    res = _workload_check(tmp_path, "iperf3-check", "ipf", 5, "{kind: iperf3, src: s0h0, dst: s1h0, streams: 2}",
+                          "{kind: link-down, node: s0h0, iface: r0p1, at: 2, until: 3.5}")
     run = res["variants"]["clos"]["runs"][0]
     assert run["workload"]["kind"] == "iperf3" and len(run["workload"]["series"]) >= 30
     assert run["workload"]["baseline"]["baseline_gbps"] > 0.05
@@ -319,18 +325,8 @@ def test_alltoall_workload_is_one_file_and_reports_its_round(tmp_path):
     """A workload added as one file (traffic/workloads/alltoall.py): every host sends to every other at
     once; the round completes, through a link failure, and its time is reported per host."""
     _need_lab_machine()
-    exp = tmp_path / "a2a.yml"
-    exp.write_text(f"""name: alltoall-check
-spec: {ROOT / 'examples' / 'default.yml'}
-duration: 8
-repetitions: 1
-lab_prefix: ata
-probes: [{{name: up, src: s0h0, dst: s1h0, flows: 8, rate: 100}}]
-workload: {{kind: alltoall, size_kb: 2048, connections: 2}}
-faults: [{{kind: link-down, node: s0h0, iface: r0p1, at: 1, until: 2}}]
-variants: [{{name: clos, spec: {{tier2: clos}}}}]
-""")
-    res = _run(str(exp), tmp_path / "out")
+    res = _workload_check(tmp_path, "alltoall-check", "ata", 8, "{kind: alltoall, size_kb: 2048, connections: 2}",
+                          "{kind: link-down, node: s0h0, iface: r0p1, at: 1, until: 2}")
     w = res["variants"]["clos"]["runs"][0]["workload"]
     assert w["kind"] == "alltoall" and w["hosts"] == 4 and w["complete"], w
     assert 0 < w["completion_s"] == max(w["per_host_s"].values())

@@ -25,6 +25,17 @@ def _ratio(a: float, b: float) -> float | None:
     return round(hi / lo, 3) if lo > 0 else math.inf
 
 
+def _ports(stats: dict, cfgs: dict, ends: list[tuple[str, str]]) -> dict[str, list]:
+    """Per egress port (node, iface): bytes over the run, peak queue and rate (kbit/s, None: unshaped)."""
+    got, peak, kbit = [], [], []
+    for node, ifc in ends:
+        s = stats.get(node, {}).get("ifaces", {}).get(ifc)
+        got.append(s["bytes"][-1] - s["bytes"][0] if s and s["bytes"] else 0)
+        peak.append(max(s["backlog"]) if s and s["backlog"] else 0)
+        kbit.append((cfgs[node].iface(ifc).shape or {}).get("rate_kbit"))
+    return {"bytes": got, "peak_backlog": peak, "kbit": kbit}
+
+
 def result(plan, run_dir: Path) -> dict:
     """One repetition's figures from its reports."""
     cfgs = plan.cfgs
@@ -41,40 +52,26 @@ def result(plan, run_dir: Path) -> dict:
     for (tier, owner), lks in grp.items():
         if tier != "tor-down":
             continue
-        got, pred, peak = [], [], []
-        for _t, tor, host in lks:
-            ifc = next(i.name for i in cfgs[tor].interfaces if i.peer == host)
-            s = stats.get(tor, {}).get("ifaces", {}).get(ifc)
-            got.append(s["bytes"][-1] - s["bytes"][0] if s and s["bytes"] else 0)
-            peak.append(max(s["backlog"]) if s and s["backlog"] else 0)
-            pred.append(predicted.get(("tor-down", tor, host), 0))
-        nics[owner] = {"bytes": got, "flows_predicted": pred, "ratio": _ratio(*got),
-                       "ratio_predicted": _ratio(*pred), "peak_backlog": peak}
-        queues[owner] = max(peak)
+        ports = _ports(stats, cfgs, [(tor, next(i.name for i in cfgs[tor].interfaces if i.peer == host))
+                                     for _t, tor, host in lks])
+        pred = [predicted.get(("tor-down", tor, host), 0) for _t, tor, host in lks]
+        nics[owner] = {"bytes": ports["bytes"], "flows_predicted": pred, "ratio": _ratio(*ports["bytes"]),
+                       "ratio_predicted": _ratio(*pred), "peak_backlog": ports["peak_backlog"]}
+        queues[owner] = max(ports["peak_backlog"])
     uplinks = {}
     for (tier, owner), lks in grp.items():
         if tier != "tor-up":
             continue
-        got, kbit, peak = [], [], []
-        for _t, tor, agg in lks:
-            s = stats.get(tor, {}).get("ifaces", {}).get(agg)
-            got.append(s["bytes"][-1] - s["bytes"][0] if s and s["bytes"] else 0)
-            peak.append(max(s["backlog"]) if s and s["backlog"] else 0)
-            kbit.append((cfgs[tor].iface(agg).shape or {}).get("rate_kbit"))
-        uplinks[owner] = {"links": [agg for _t, _tor, agg in lks], "bytes": got, "kbit": kbit, "peak_backlog": peak,
+        ports = _ports(stats, cfgs, [(tor, agg) for _t, tor, agg in lks])  # a ToR names an uplink after its agg
+        got = ports["bytes"]
+        uplinks[owner] = {"links": [agg for _t, _tor, agg in lks], **ports,
                           "ratio": _ratio(max(got), min(got)) if got else None,
                           "idle": sum(1 for b in got if b < 10_000)}  # a few BGP/BFD packets are not load
     # into each ToR from its aggs (the far ToRs' choice of agg decides these)
     intos = {}
     for tor in sorted(n for n, c in cfgs.items() if c.role == "tor" and c.rail == plan.workload.rail):
         aggs = [i.peer for i in cfgs[tor].interfaces if i.kind == "uplink"]
-        got, kbit, peak = [], [], []
-        for agg in aggs:
-            s = stats.get(agg, {}).get("ifaces", {}).get(tor)
-            got.append(s["bytes"][-1] - s["bytes"][0] if s and s["bytes"] else 0)
-            peak.append(max(s["backlog"]) if s and s["backlog"] else 0)
-            kbit.append((cfgs[agg].iface(tor).shape or {}).get("rate_kbit"))
-        intos[tor] = {"links": aggs, "bytes": got, "kbit": kbit, "peak_backlog": peak}
+        intos[tor] = {"links": aggs, **_ports(stats, cfgs, [(agg, tor) for agg in aggs])}
     ratios = [v["ratio"] for v in nics.values() if v["ratio"] is not None]
     finite = [r for r in ratios if not math.isinf(r)]
     # the NIC whose two ports differ most (Fig. 13's picture), its busiest queue breaking ties

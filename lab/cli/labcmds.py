@@ -154,7 +154,8 @@ def status(args) -> int:
             row["host_routes"] = len(st.get("host_routes", {}))
         if c.multipath and st.get("advertised_mbit"):  # an agg's FARE agent: what it advertises now
             bw = st["advertised_mbit"].values()
-            row["fare"] = f"{min(bw)}-{max(bw)} Mbit/s, {st.get('updates', 0)} updates"
+            row["fare"] = f"{min(bw)}-{max(bw)} Mbit/s, {st.get('updates', 0)} updates" + \
+                (f", {st['failures']} failed (see {rt.agent_log(n)})" if st.get("failures") else "")
         row["ok"] = all(oks)
         rows.append(row)
     healthy = all(r["ok"] for r in rows)

@@ -171,8 +171,8 @@ class FareAgent:
         if not touched:
             return
         t = time.time()
-        ok = self.vtysh(cmds) and self.vtysh([f"clear bgp ipv4 unicast {p} soft out" for p in touched])
-        if ok:
+        # one vtysh: the entries, then (back in enable mode after 'end') each changed session's refresh
+        if self.vtysh(cmds + [f"clear bgp ipv4 unicast {p} soft out" for p in touched]):
             self.advertised = new
             self.updates += 1
             self.last_update = {"time": t, "took_s": round(time.time() - t, 3), "sessions": touched}

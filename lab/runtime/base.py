@@ -21,12 +21,12 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 from hpnlab import capacity, kernel, neightable, nodesetup
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
+from hpnlab.progress import Report
 from hpnlab.runtime.channel import Channel, NetnsChannel
 from hpnlab.spec import check_lab_name
 
@@ -35,7 +35,6 @@ STATE_ROOT = Path(os.environ.get("HPNLAB_STATE_ROOT", "/run/hpnlab"))
 # (under a root of its own, a lab once recorded another lab's raised value as the one to put back).
 # Not a lab name: running_labs() never lists it.
 NEIGH_RECORD = Path("/run/hpnlab/.neigh-limits.json")
-Progress = Callable[[str], None]
 REGISTRY: dict[str, type["Runtime"]] = {}
 
 
@@ -134,7 +133,7 @@ class Runtime:
             raise RuntimeFailure(f"network namespace '{sorted(taken)[0]}' already exists and is not this lab's: "
                                  f"remove it or choose another lab name")
 
-    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Progress) -> None:
+    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Report) -> None:
         raise NotImplementedError
 
     def start_frr(self, routers: list[str], cfgs: dict[str, NodeConfig]) -> None:
@@ -147,7 +146,7 @@ class Runtime:
         """Self-configuring runtimes: the node's boot.json (hpnlab.node.boot), None before it exists."""
         raise NotImplementedError
 
-    def wait_booted(self, nodes: list[str], progress: Progress) -> None:
+    def wait_booted(self, nodes: list[str], progress: Report) -> None:
         """Until every node reports it configured itself; a node's error fails the deploy with its line,
         and the slowest node is named (with its current step) while waiting."""
         deadline = time.monotonic() + self.boot_timeout
@@ -177,7 +176,7 @@ class Runtime:
     def start_agent(self, node: str, cfg: NodeConfig) -> None:
         raise NotImplementedError
 
-    def destroy(self, progress: Progress) -> None:
+    def destroy(self, progress: Report) -> None:
         raise NotImplementedError
 
     def vtysh_argv(self, node: str, commands: list[str], tty: bool = False) -> list[str]:
@@ -213,7 +212,7 @@ class Runtime:
         return None
 
     # --- the deploy plan, the same on every runtime ---------------------------------------------------
-    def deploy(self, progress: Progress) -> None:
+    def deploy(self, progress: Report) -> None:
         topo, cfgs = load_nodes(self.config_dir)
         self.refuse_foreign(list(cfgs))
         requested = next((c.driver or "auto" for c in cfgs.values() if c.role == "host"), "auto")

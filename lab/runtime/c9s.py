@@ -37,7 +37,8 @@ from hpnlab import frr
 from hpnlab.errors import RuntimeFailure
 from hpnlab.models import NodeConfig
 from hpnlab.proc import run
-from hpnlab.runtime.base import Progress, Runtime, register
+from hpnlab.progress import Report
+from hpnlab.runtime.base import Runtime, register
 from hpnlab.runtime.channel import KubectlChannel
 
 KUBECTL = os.environ.get("HPNLAB_KUBECTL", "kubectl")
@@ -113,7 +114,7 @@ class C9sRuntime(Runtime):
     def objects_dir(self) -> Path:
         return self.config_dir / "c9s"
 
-    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Progress) -> None:
+    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Report) -> None:
         if not self.objects_dir.is_dir():
             raise RuntimeFailure(f"{self.objects_dir} is missing: the lab was rendered without its clabernetes "
                                  f"objects")
@@ -155,7 +156,7 @@ class C9sRuntime(Runtime):
     def frr_pids(self) -> dict[int, str]:
         return {}
 
-    def destroy(self, progress: Progress) -> None:
+    def destroy(self, progress: Report) -> None:
         if self.objects_dir.is_dir() and shutil.which(KUBECTL):
             progress("kubectl delete: the lab's clabernetes objects")
             run([*self._kubectl(), "delete", "-f", str(self.objects_dir), "--ignore-not-found"], timeout=TIMEOUT,

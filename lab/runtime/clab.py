@@ -19,7 +19,8 @@ from hpnlab import containers, frr
 from hpnlab.errors import RuntimeFailure
 from hpnlab.models import NodeConfig
 from hpnlab.proc import cmdline, is_node_process, kill_pids, run
-from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, register
+from hpnlab.progress import Report
+from hpnlab.runtime.base import Runtime, list_netns, netns_members, register
 from hpnlab.runtime.netns import need_tools
 
 CLAB = "containerlab"
@@ -145,7 +146,7 @@ class ClabRuntime(Runtime):
             raise RuntimeFailure(f"containers of a containerlab lab named '{self.lab}' already exist: "
                                  f"'containerlab destroy --name {self.lab}' or choose another lab name")
 
-    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Progress) -> None:
+    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Report) -> None:
         self.state.data.clab_topology = str(self.topology_file)
         for n in cfgs:  # bound into the container: the agent's status and log land here
             self.node_run_dir(n).mkdir(parents=True, exist_ok=True)
@@ -189,7 +190,7 @@ class ClabRuntime(Runtime):
         return parse_inspect(r.stdout, self.lab)
 
     # --- teardown ----------------------------------------------------------------------------------
-    def destroy(self, progress: Progress) -> None:
+    def destroy(self, progress: Report) -> None:
         """Stop what hpnlab started from this machine inside the containers' namespaces (probes, route
         monitors: our PID namespace, unlike the containers' own processes), then let containerlab remove
         the containers, links and its lab directory. State is kept if containerlab fails, so

@@ -19,7 +19,8 @@ from hpnlab.errors import RuntimeFailure
 from hpnlab.models import NodeConfig
 from hpnlab.node.plan import MTU
 from hpnlab.proc import is_node_process, kill_pids, pid_alive, processes, run
-from hpnlab.runtime.base import Progress, Runtime, list_netns, netns_members, register
+from hpnlab.progress import Report
+from hpnlab.runtime.base import Runtime, list_netns, netns_members, register
 from hpnlab.signals import shielded
 
 IFINDEX_BASE = 1000
@@ -75,7 +76,7 @@ class NetnsRuntime(Runtime):
         return frr.vtysh_argv(self.frr_dir(node), commands)
 
     # --- deploy ------------------------------------------------------------------------------------
-    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Progress) -> None:
+    def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Report) -> None:
         progress(f"creating {len(cfgs)} namespaces")
         run(["ip", "-batch", "-"], input="".join(f"netns add {self.netns(n)}\n" for n in cfgs),
             what="creating namespaces")
@@ -182,7 +183,7 @@ class NetnsRuntime(Runtime):
                 out.append(pid)
         return out
 
-    def destroy(self, progress: Progress) -> None:
+    def destroy(self, progress: Report) -> None:
         """Stop every process of the lab at once, then delete the namespaces in one batch.
 
         SIGKILL, not SIGTERM: everything a lab process could still do on a clean exit (zebra removing its
