@@ -26,20 +26,46 @@ def shares(lab, tor, subnet):
     return lab.weights(tor)[subnet]
 
 
+def config_problems(lab) -> dict:
+    return {c["name"]: c["detail"] for c in check_config(lab.runtime, lab.cfgs) if not c["ok"]}
+
+
+def status_json(lab) -> tuple[int, dict]:
+    r = subprocess.run([sys.executable, "-m", "hpnlab", "status", "--lab", lab.name, "--json"], capture_output=True,
+                       text=True, timeout=60)
+    return r.returncode, {x["node"]: x for x in json.loads(r.stdout)["nodes"]}
+
+
 @pytest.mark.kernel  # also on Debian 12's stock kernel, in the VM (tests/test_vm.py)
 def test_every_tor_uses_the_weights_fare_prescribes(hpnlab_lab):
     lab = hpnlab_lab
-    bad = {c["name"]: c["detail"] for c in check_config(lab.runtime, lab.cfgs) if not c["ok"]}
-    assert bad == {}
+    # Polled, not read once: under the VM's emulated CPU (QEMU TCG) a BFD session of a lab that was just
+    # verified can still flap once, and a ToR then holds one path for a moment. Every transient is printed.
+    seen = []
+
+    def config_ok():
+        bad = config_problems(lab)
+        if bad:
+            seen.append(bad)
+        return not bad
+
+    lab.wait_for(config_ok, timeout=60, interval=1, what="every ToR's kernel weights as FARE prescribes")
+    if seen:
+        print(f"transient before the weights held ({len(seen)} reads): {seen[0]}")
     w = shares(lab, "s0r0a", FAR)
     assert w["fare_share"] == {"agg0-0": 0.5, "agg0-1": 0.5}
     assert len(w["kernel"]) == 2 and len(set(w["kernel"].values())) == 1, w  # a weighted multipath, equal
     st = lab.runtime.read_status("agg0-1")
     assert st["mode"] == "fare" and set(st["advertised_mbit"].values()) == {20}
-    r = subprocess.run([sys.executable, "-m", "hpnlab", "status", "--lab", lab.name, "--json"], capture_output=True,
-                       text=True, timeout=60)
-    rows = {x["node"]: x for x in json.loads(r.stdout)["nodes"]}
-    assert r.returncode == 0 and rows["agg0-1"]["ok"] and rows["agg0-1"]["fare"].startswith("20-20 Mbit/s"), rows["agg0-1"]
+
+    def status_ok():
+        rc, rows = status_json(lab)
+        if rc != 0:
+            print("status not healthy yet:", {n: x for n, x in rows.items() if not x["ok"]})
+        return rc == 0 and rows
+
+    rows = lab.wait_for(status_ok, timeout=60, interval=2, what="hpnlab status --json healthy")
+    assert rows["agg0-1"]["fare"].startswith("20-20 Mbit/s"), rows["agg0-1"]
 
 
 @pytest.mark.kernel
