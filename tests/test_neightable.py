@@ -33,6 +33,24 @@ def test_full_segment_needs_more_than_the_kernel_default():
     assert need["ipv4"] == 2 * 3008 + 8 * 128 * 127 * 2
 
 
+def test_the_input_backlog_grows_with_the_links_and_never_below_the_kernels():
+    topo, _ = rendered(load_spec())
+    assert neightable.backlog(topo) == {"core/netdev_max_backlog": 1000}  # 32 links: the kernel's default
+    topo, _ = rendered(load_spec("segment-full"))
+    assert neightable.backlog(topo) == {"core/netdev_max_backlog": 30080}  # the 30,000 measured to drop none
+
+
+def test_the_backlog_is_raised_and_restored_with_the_neighbour_limits(tmp_path):
+    root, record = fake_proc(tmp_path), tmp_path / "run" / "neigh.json"
+    (root / "core").mkdir()
+    (root / "core" / "netdev_max_backlog").write_text("1000\n")
+    want = {**neightable.thresholds({"ipv4": 10, "ipv6": 10}), "core/netdev_max_backlog": 30080}
+    assert neightable.raise_to(want, record, "/run/a", root)["core/netdev_max_backlog"] == 30080
+    assert neightable.read("core/netdev_max_backlog", root) == 30080
+    assert "core/netdev_max_backlog" in neightable.release(record, "/run/a", always, root)
+    assert neightable.read("core/netdev_max_backlog", root) == 1000 and not record.exists()
+
+
 def fake_proc(tmp_path, value=5000):
     for fam in ("ipv4", "ipv6"):
         d = tmp_path / "proc" / fam / "neigh" / "default"

@@ -223,10 +223,14 @@ class Runtime:
         self.state.save()
         if self.shares_kernel:
             need = neightable.entries_needed(topo, cfgs)
-            raised = neightable.raise_to(neightable.thresholds(need), NEIGH_RECORD, str(self.state.dir))
-            if raised:
-                progress(f"raised the kernel's neighbour table (shared by all namespaces) for "
-                         f"{need['ipv4']} ARP and {need['ipv6']} NDP entries; the last lab to go restores it")
+            want = {**neightable.thresholds(need), **neightable.backlog(topo)}
+            raised = neightable.raise_to(want, NEIGH_RECORD, str(self.state.dir))
+            what = (["the kernel's neighbour table (shared by all namespaces) for "
+                     f"{need['ipv4']} ARP and {need['ipv6']} NDP entries"] if set(raised) - {neightable.BACKLOG}
+                    else []) + ([f"the input backlog to {raised[neightable.BACKLOG]} packets per CPU"]
+                                if neightable.BACKLOG in raised else [])
+            if what:
+                progress(f"raised {' and '.join(what)}; the last lab to go restores it")
         self.create_nodes(topo, cfgs, progress)
         if self.self_configuring:  # each node applies its node.json itself (hpnlab.node.boot)
             self.wait_booted(list(cfgs), progress)
