@@ -9,9 +9,9 @@ imports this package without pulling in pydantic, Jinja2 or YAML.
 """
 
 __version__ = "0.1.0"
-__all__ = ["Lab", "ProbeResult", "HpnlabError", "SpecError", "RuntimeFailure", "StateError", "__version__"]
+__all__ = ["Lab", "ProbeResult", "EmulatorLate", "HpnlabError", "SpecError", "RuntimeFailure", "StateError", "__version__"]
 
-_LAZY = {"Lab": "hpnlab.api", "ProbeResult": "hpnlab.api", "HpnlabError": "hpnlab.errors",
+_LAZY = {"Lab": "hpnlab.api", "ProbeResult": "hpnlab.api", "EmulatorLate": "hpnlab.api", "HpnlabError": "hpnlab.errors",
          "SpecError": "hpnlab.errors", "RuntimeFailure": "hpnlab.errors", "StateError": "hpnlab.errors"}
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hpnlab.api import ProbeResult, probe_result, resolve_spec
+from hpnlab.api import EmulatorLate, Lab, ProbeResult, probe_result, resolve_spec
 from hpnlab.errors import SpecError
 from hpnlab.pytest_plugin import lab_name
 from hpnlab.spec import NAME_RE
@@ -54,6 +54,36 @@ def test_a_flow_silent_until_the_repair_is_black_holed_and_one_silent_at_the_end
     with pytest.raises(AssertionError, match="never resumed"):
         dead.assert_disruption(max_gap_ms=10_000)
     assert isinstance(dead, ProbeResult) and dead.to_dict()["lost_packets"] == 100
+
+
+def test_a_run_the_emulator_was_late_in_is_flagged_and_can_be_required_unflagged():
+    fault = [{"label": "f", "applied": 100.45, "reverted": 101.0}]
+    sender, receiver = _reports(gaps_flow1=[(49, 70)])  # a 200 ms gap from 100.49
+    quiet = probe_result(sender, receiver, fault, agents={"s0r0a": {"bins": [[100.5, 3.0]]}})
+    assert not quiet.flagged and quiet.emulator["bound_ms"] == 20.0 and quiet.emulator["late_ms"] == 3.0
+    quiet.assert_disruption(max_gap_ms=300, require_unflagged=True)
+    # an agent's timer 45 ms late inside the gap, the sender 60 ms late after it ended (not this figure's)
+    sender = {**sender, "late": {"bins": [[101.5, 60.0]]}}
+    late = probe_result(sender, receiver, fault, agents={"s0r0a": {"bins": [[100.6, 45.0]]}})
+    assert late.flagged and late.emulator["timer_late_node"] == "s0r0a" and late.emulator["sender_late_ms"] == 0.0
+    late.assert_disruption(max_gap_ms=300)  # unflagged not required: the figure alone is judged
+    with pytest.raises(EmulatorLate, match=r"45 ms late .* on s0r0a\), more than the 20 ms this 200 ms gap allows"):
+        late.assert_disruption(max_gap_ms=300, require_unflagged=True)
+    assert late.to_dict()["emulator"]["flagged"] is True
+
+
+def test_measure_retries_a_flagged_run_and_returns_the_first_unflagged(monkeypatch):
+    lab = Lab.__new__(Lab)  # no lab needed for the retry logic; health is waited for between attempts
+    waits = []
+    monkeypatch.setattr(Lab, "wait_healthy", lambda self, timeout=60: waits.append(timeout))
+    results = iter([ProbeResult(1, 0, 0, 0, True, 0, 1, 1, emulator={"flagged": True}),
+                    ProbeResult(2, 0, 0, 0, True, 0, 1, 1, emulator={"flagged": False}),
+                    ProbeResult(3, 0, 0, 0, True, 0, 1, 1)])
+    assert lab.measure(lambda: next(results), attempts=3).longest_gap_ms == 2 and waits == [60]
+    always = lab.measure(lambda: ProbeResult(9, 0, 0, 0, True, 0, 1, 1, emulator={"flagged": True}), attempts=2)
+    assert always.flagged and waits == [60, 60]
+    with pytest.raises(SpecError, match="attempts"):
+        lab.measure(lambda: None, attempts=0)
 
 
 def test_lab_names_are_unique_per_module_and_xdist_worker():

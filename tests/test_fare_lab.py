@@ -66,6 +66,7 @@ def test_every_tor_uses_the_weights_fare_prescribes(hpnlab_lab):
 
     rows = lab.wait_for(status_ok, timeout=60, interval=2, what="hpnlab status --json healthy")
     assert rows["agg0-1"]["fare"].startswith("20-20 Mbit/s"), rows["agg0-1"]
+    assert rows["s0r0a"]["late"] and rows["s0h0"]["late"]  # the lateness meter's column: "-" or "N ms"
 
 
 @pytest.mark.kernel

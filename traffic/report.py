@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpnlab.traffic import measure, workloads
+from hpnlab import lateness
+from hpnlab.traffic import measure, timeline, workloads
 from hpnlab.traffic.experiment import Plan
 
+TIMELINE_EVENTS = 400  # per fault in results.json (a segment's FIB changes run to thousands)
+SPLIT = ("detection_ms", "protocol_ms", "delivery_ms", "cpu_ms")
 METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows", "converged_gap_ms",
            "lost_after_repair_1s", "recovery_after_repair_ms")
 
@@ -31,7 +34,8 @@ def workload_window(w: dict | None, t0: float, base_end: float, start: float, en
 
 # --- one repetition ------------------------------------------------------------------------------------------
 def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flow]], senders: dict,
-                      receivers: dict, events: list[dict], workload: dict | None) -> dict:
+                      receivers: dict, events: list[dict], workload: dict | None, meter: dict | None = None,
+                      agent_events: dict | None = None) -> dict:
     t0, end_run = rep["t0"], rep["t0"] + rep["duration"]
     tl = rep["timeline"]
     first_fault = min((f["applied"] for f in tl), default=end_run)
@@ -53,6 +57,10 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
         entry["routes_first_ms"] = min((v["first_ms"] for v in fail.values()), default=None)
         entry["routes_last_ms"] = max((v["last_ms"] for v in fail.values()), default=None)
         entry["workload"] = workload_window(workload, t0, first_fault, start, stop or window_end)
+        entry["emulator"] = emulator_verdict(meter or {}, entry, start, window_end)
+        tl = timeline.build(f, window_end, agent_events or {}, events, allflows, entry["emulator"]["late_ms"])
+        entry["timeline"] = {**tl, "events": tl["events"][:TIMELINE_EVENTS],
+                             "events_total": len(tl["events"])}
         faults.append(entry)
     probes = {}
     for name, v in streams.items():
@@ -63,11 +71,20 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
                         "max_lag_ms": tx["max_lag_ms"],
                         "series": measure.series(receivers[name], tx["src"], t0)}
     return {"t0": t0, "faults": faults, "probes": probes,
+            "emulator": lateness.run_summary(meter or {}, t0, end_run),
             "workload": {**({k: v for k, v in workload.items() if k not in ("iterations", "intervals")} if workload else {}),
                          "series": rate_series(workload, t0),
                          "baseline": workload_window(workload, t0, first_fault, t0 + 0.5, first_fault)
                          if workload else {}},
             "route_events": [{**e, "t": round(e["ts"] - t0, 4)} for e in events]}
+
+
+def emulator_verdict(meter: dict, entry: dict, start: float, window_end: float) -> dict:
+    """The emulator's lateness beside a fault's headline figure (the longest gap), over the figure's own
+    window: from the fault until the last gap or route change it caused had ended (at most the next fault)."""
+    span = max(entry["longest_gap_ms"], entry["routes_last_ms"] or 0.0) / 1000
+    b = min(window_end, start + span + lateness.PERIOD_S)
+    return lateness.verdict(entry["longest_gap_ms"], lateness.window(meter, start - lateness.PERIOD_S, b))
 
 
 # --- across repetitions --------------------------------------------------------------------------------------
@@ -84,6 +101,15 @@ def aggregate(runs: list[dict]) -> list[dict]:
         for s in rows[0]["streams"]:
             e["streams"][s] = {m: measure.summarise([x["streams"][s][m] for x in rows]) for m in METRICS}
             e["streams"][s]["recovered"] = all(x["streams"][s]["recovered"] for x in rows)
+        sp = [x["timeline"]["split"] for x in rows if x.get("timeline") and x["timeline"]["split"].get("gap_ms")]
+        if sp:
+            e["split"] = {m: measure.summarise([x.get(m) for x in sp]) for m in ("gap_ms",) + SPLIT}
+        em = [x.get("emulator") for x in rows if x.get("emulator")]
+        if em:
+            e["emulator"] = {m: measure.summarise([x.get(m) for x in em])
+                             for m in ("late_ms", "sender_late_ms", "timer_late_ms", "psi_some_ms", "steal_ms")}
+            e["emulator"]["flagged"] = sum(bool(x["flagged"]) for x in em)
+            e["emulator"]["judged"] = len(em)
         if rows[0]["workload"]:
             e["workload"] = {m: measure.summarise([x["workload"].get(m) for x in rows])
                              for m in ("throughput_pct", "longest_halt_ms")}
@@ -110,7 +136,8 @@ COLUMNS = [("variant", None), ("fault", "fault"), ("stream", "streams"), ("longe
            ("lost", "lost_packets"), ("flows hit", "flows_affected"), ("black-holed", "blackholed_flows"),
            ("converged ms", "converged_gap_ms"), ("routes ms", "routes_last_ms"),
            ("lost >1s after", "lost_after_repair_1s"), ("recovered", "recovered"),
-           ("workload %", "workload.throughput_pct")]
+           ("workload %", "workload.throughput_pct"), ("emulator late ms", "emulator.late_ms"),
+           ("flagged", "emulator.flagged")]
 
 
 def summary_table(results: dict) -> str:
@@ -125,16 +152,19 @@ def summary_table(results: dict) -> str:
             errors.append(f"{vname}: {v['error']}")
         for f in v["faults"]:
             wl = _mm(f.get("workload", {}).get("throughput_pct"))
+            em = f.get("emulator")
             rows.append([vname, f["fault"], "all", _mm(f["longest_gap_ms"]), _mm(f["lost_packets"]),
                          _mm(f["flows_affected"]), _mm(f["blackholed_flows"]), _mm(f["converged_gap_ms"]),
-                         _mm(f["routes_last_ms"]), _mm(f["lost_after_repair_1s"]), "yes" if f["recovered"] else "NO", wl])
+                         _mm(f["routes_last_ms"]), _mm(f["lost_after_repair_1s"]), "yes" if f["recovered"] else "NO", wl,
+                         _mm(em["late_ms"]) if em else "-",
+                         (f"{em['flagged']}/{em['judged']}" + (" FLAG" if em["flagged"] else "")) if em else "-"])
             for s, m in f["streams"].items():
                 rows.append(["", "", s, _mm(m["longest_gap_ms"]), _mm(m["lost_packets"]), _mm(m["flows_affected"]),
                              _mm(m["blackholed_flows"]), _mm(m["converged_gap_ms"]), "",
-                             _mm(m["lost_after_repair_1s"]), "yes" if m["recovered"] else "NO", ""])
+                             _mm(m["lost_after_repair_1s"]), "yes" if m["recovered"] else "NO", "", "", ""])
         if not v["faults"]:
             rows.append([vname, "(no fault)", "all", "", str(sum(p["lost"] for r in v["runs"] for p in r["probes"].values())),
-                         "", "", "", "", "", "", ""])
+                         "", "", "", "", "", "", "", "", ""])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(hdr)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(hdr, widths)))
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
@@ -142,7 +172,41 @@ def summary_table(results: dict) -> str:
     pr = results.get("probe_rate", {})
     if pr.get("max_rate_error_pct") is not None:
         lines.append(f"probe senders: worst deviation from the requested rate {pr['max_rate_error_pct']:g} %")
+    lines += emulator_lines(results)
+    lines += split_lines(results)
     return "\n".join(lines)
+
+
+def split_lines(results: dict) -> list[str]:
+    """Where each converged gap's milliseconds went (the timeline's split, median over repetitions)."""
+    out = []
+    for vname, v in results["variants"].items():
+        for f in v.get("faults", []):
+            sp = f.get("split")
+            if not sp:
+                continue
+            med = {k: (sp[k]["median"] if sp.get(k) else None) for k in ("gap_ms",) + SPLIT}
+            out.append(f"timeline {vname} / {f['fault']}: converged gap {med['gap_ms']} ms = detection "
+                       f"{med['detection_ms']} + protocol {med['protocol_ms']} + delivery {med['delivery_ms']} ms; "
+                       f"waiting for CPU at most {med['cpu_ms']} ms of it (medians)")
+    return out
+
+
+def emulator_lines(results: dict) -> list[str]:
+    """The meter's run-wide figures and the rule, under the table."""
+    runs = [r["emulator"] for v in results["variants"].values() for r in v.get("runs", []) if r.get("emulator")]
+    if not runs:
+        return []
+    worst = max(runs, key=lambda e: max(e["sender_late_ms"], e["timer_late_ms"]))
+    psi = [e["psi_some_pct"] for e in runs if e.get("psi_some_pct") is not None]
+    steal = [e["steal_pct"] for e in runs if e.get("steal_pct") is not None]
+    return [f"emulator: worst lateness in any run {max(worst['sender_late_ms'], worst['timer_late_ms']):g} ms "
+            f"(senders {worst['sender_late_ms']:g}, agents' timers {worst['timer_late_ms']:g}"
+            + (f" on {worst['timer_late_node']}" if worst.get("timer_late_node") else "") + ")"
+            + (f"; CPU pressure (PSI some) {min(psi):g}-{max(psi):g} % of each run" if psi else "")
+            + (f", steal {max(steal):g} %" if steal else "")
+            + f"; a figure is flagged when its window's lateness exceeds {lateness.FRACTION:.0%} of it "
+              f"or {lateness.FLOOR_MS:g} ms (docs/results.md)"]
 
 
 def plot(results: dict, path: Path) -> Path | None:

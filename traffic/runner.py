@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hpnlab import kernel, runtime as runtimes
+from hpnlab import kernel, lateness, runtime as runtimes
 from hpnlab.api import Lab, Unhealthy
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.proc import kill_pids
 from hpnlab.progress import Progress, as_progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import measure, report, routemon, workloads
+from hpnlab.traffic import measure, report, routemon, timeline, workloads
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
@@ -57,9 +57,19 @@ class Repetition:
         self.procs.append((spec, self.lab.spawn(spec["node"], spec["argv"], self.dir / "processes.log", out)))
 
     def run(self) -> dict:
+        """The repetition, with the lateness meter on: CPU pressure sampled throughout (cpu.json), the
+        agents' late timers and their events read at the end (timers.json, agent-events.json, for the
+        timeline); the senders report their own."""
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
-            return self._run()
+            with lateness.CpuSampler() as cpu:
+                rep = self._run()
+            if self.lab.runtime.shares_kernel:  # else this machine's CPU is not the one the lab runs on
+                cpu.save(self.dir / "cpu.json")
+            timers, events = self.lab.agent_records()
+            (self.dir / "timers.json").write_text(json.dumps(timers))
+            (self.dir / "agent-events.json").write_text(json.dumps(events))
+            return rep
         finally:
             self.cleanup()
 
@@ -147,7 +157,16 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
     for f in sorted(run_dir.glob("routes-*.log")):
         events += routemon.parse(f.read_text(), f.stem.removeprefix("routes-"), prefixes)
     workload = report.workload_of(plan, run_dir)
-    return report.repetition_result(rep, plan, streams, senders, receivers, events, workload)
+    agents, agent_events = (_json_or_empty(run_dir / f) for f in ("timers.json", "agent-events.json"))
+    meter = lateness.meter_of(senders, agents, lateness.load_cpu(run_dir / "cpu.json"))
+    return report.repetition_result(rep, plan, streams, senders, receivers, events, workload, meter, agent_events)
+
+
+def _json_or_empty(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # a run from before the meter and the timeline
+        return {}
 
 
 def _trim(res: dict, k: int) -> dict:
@@ -288,6 +307,8 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
     else:
         png, table = report.plot(results, out / "plot.png"), report.summary_table(results)
     (out / "summary.txt").write_text(table + "\n")
+    if timeline.plot(results, out / "timeline.png") is None:  # nothing converged, or no matplotlib
+        (out / "timeline.png").unlink(missing_ok=True)  # not an earlier run's picture beside these results
     return png, table
 
 

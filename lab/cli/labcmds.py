@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from hpnlab import frr, runtime as runtimes, verify
 from hpnlab.errors import RuntimeFailure, SpecError
@@ -152,6 +153,9 @@ def status(args) -> int:
             oks.append(bool(ports) and cd == len(ports))
         if c.role == "tor":
             row["host_routes"] = len(st.get("host_routes", {}))
+        late = [ms for t, ms in st.get("timers_late", {}).get("bins", []) if t > time.time() - 60]
+        if "timers_late" in st:  # the lateness meter: the agent's worst late timer over the last minute
+            row["late"] = f"{max(late):g} ms" if late else "-"
         if c.multipath and st.get("advertised_mbit"):  # an agg's FARE agent: what it advertises now
             bw = st["advertised_mbit"].values()
             row["fare"] = f"{min(bw)}-{max(bw)} Mbit/s, {st.get('updates', 0)} updates" + \
@@ -165,7 +169,7 @@ def status(args) -> int:
         print()
         return 0 if healthy else 1
     cols = ["node", "role"] + (["container"] if containers is not None else []) + \
-        ["frr", "bgp", "agent", "lacp", "host_routes"] + (["fare"] if any("fare" in r for r in rows) else [])
+        ["frr", "bgp", "agent", "lacp", "host_routes", "late"] + (["fare"] if any("fare" in r for r in rows) else [])
     for r in rows:
         r["role"] = r["role"] if r["ok"] else f"{r['role']} !"
     widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in cols}
@@ -259,7 +263,8 @@ def add_parsers(sub) -> None:
     d.add_argument("--lab", help="lab name (default: the only running lab)")
     d.set_defaults(func=down)
 
-    for name, fn, hlp in (("status", status, "per-node health table (FRR, BGP, agents, LACP)"),
+    for name, fn, hlp in (("status", status, "per-node health table (FRR, BGP, agents, LACP, and how late each agent's "
+                                              "timers fired over the last minute)"),
                           ("verify", verify_cmd, "run every health check once; exit 1 if any fails")):
         p = sub.add_parser(name, help=hlp)
         p.add_argument("--lab", help="lab name (default: the only running lab)")

@@ -51,13 +51,16 @@ def run_cmd(args) -> int:
         results = runner.run_experiment(exp, out, args.runtime, bar)
     png, table = runner.write_results(results, out)
     if args.json:
+        tl = out / "timeline.png"
         json.dump({"results": str(out / "results.json"), "plot": str(png) if png else None,
+                   "timeline": str(tl) if tl.exists() else None,
                    "variants": {n: {"error": v.get("error"), "faults": v["faults"]} for n, v in
                                 results["variants"].items()}}, sys.stdout, indent=1)
         print()
     else:
         print(table)
-        print(f"results: {out / 'results.json'}" + (f"   plot: {png}" if png else f"   (no plot: {runner.no_plot_reason()})"))
+        print(f"results: {out / 'results.json'}" + (f"   plot: {png}" if png else f"   (no plot: {runner.no_plot_reason()})")
+              + (f"   timeline: {out / 'timeline.png'}" if (out / "timeline.png").exists() else ""))
     failed = [n for n, v in results["variants"].items() if v.get("error")]
     if failed:
         raise RuntimeFailure(f"variant(s) {', '.join(failed)} failed: " +

@@ -6,6 +6,7 @@ Kept free of heavy imports (no pyroute2, no scapy) so the agents stay small; net
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import queue
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 from hpnlab.node import lacp
+from hpnlab.node.lateness import LateBins
 from hpnlab.node.rtnl import dump_links
 
 SOL_PACKET = 263
@@ -28,8 +30,16 @@ ETH_P_ARP = 0x0806
 AGENT_NICE = -10  # scheduling priority of the agents (FRR runs at 0)
 
 
+# What the agent did, on the wall clock every namespace shares, for the controller's convergence timeline
+# (hpnlab.traffic.timeline): the most recent events of the last minute go into every status file.
+EVENTS: collections.deque = collections.deque(maxlen=400)
+EVENTS_S = 60.0
+
+
 def log(msg: str) -> None:
-    sys.stdout.write(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {msg}\n")
+    now = time.time()
+    EVENTS.append((round(now, 4), msg))
+    sys.stdout.write(f"{time.strftime('%H:%M:%S', time.localtime(now))}.{int(now * 1000) % 1000:03d} {msg}\n")
     sys.stdout.flush()
 
 
@@ -154,7 +164,11 @@ class StatusFile:
     def write(self, data: dict) -> None:
         if not self.path:
             return
-        data = {**data, "pid": os.getpid(), "time": time.time()}
+        now = time.time()
+        # tuple() copies the deque in one step: the writer thread logs (appends) meanwhile, and iterating
+        # the deque itself then fails with "deque mutated during iteration" (it killed a ToR agent)
+        data = {**data, "pid": os.getpid(), "time": now, "timers_late": TIMERS.report(),
+                "events": [e for e in tuple(EVENTS) if e[0] > now - EVENTS_S]}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.path)
@@ -222,9 +236,20 @@ class LacpDriver:
         return min([p.next_deadline() for p in self.ports if p.enabled] or [now + 1.0])
 
 
+# How late this agent's timers (LACP, micro-BFD, stacking heartbeat, hold-down, status) fired: the loop
+# asks to wake at a deadline; waking after it is time the agent waited for a CPU (hpnlab.node.lateness).
+TIMERS = LateBins(keep=600)  # 60 s of bins in every status file: the controller reads them after a run
+STARTED = time.monotonic()  # a deadline before this is a timer never set (0 + period), not a late one
+
+
 def wait(fds: list[int], deadline: float) -> list[int]:
-    timeout = max(0.0, min(deadline - time.monotonic(), 1.0))
+    before = time.monotonic()
+    timeout = max(0.0, min(deadline - before, 1.0))
     r, _, _ = select.select(fds, [], [], timeout)
+    if STARTED <= deadline <= before + 1.0:  # a timer was due during this wait (else only the 1 s tick)
+        now = time.monotonic()
+        if not r or now > deadline:
+            TIMERS.record(time.time(), now - deadline)
     return r
 
 

@@ -17,6 +17,7 @@ import struct
 import sys
 import time
 
+from hpnlab.node.lateness import LateBins
 from hpnlab.node.reports import StopFlag, wait_until, write_json
 
 MAGIC = b"HPNP"
@@ -54,6 +55,7 @@ def send(src: str, dst: str, dport: int, flows: int, rate: float, duration: floa
     seq = [0] * flows
     errors = [0] * flows
     max_lag = 0.0
+    late = LateBins()  # how late each send was against its schedule, per 100 ms (the emulator's lateness)
     t0m = time.monotonic()
     t0 = time.time()
     k = 0
@@ -63,8 +65,10 @@ def send(src: str, dst: str, dport: int, flows: int, rate: float, duration: floa
         now = time.monotonic()
         if due - now > 0.0005:
             time.sleep(due - now)
-        elif now - due > max_lag:
-            max_lag = now - due
+            now = time.monotonic()
+        lag = now - due
+        max_lag = max(max_lag, lag)
+        late.record(t0 + (due - t0m), lag)
         f = k % flows
         try:
             socks[f].sendto(encode(f, seq[f], time.time_ns(), size), dst_addr)
@@ -82,7 +86,7 @@ def send(src: str, dst: str, dport: int, flows: int, rate: float, duration: floa
             "flows": flows, "rate_per_flow": rate, "requested_pps": total_rate, "start": t0,
             "end": t0 + elapsed, "sent": seq, "send_errors": errors, "sent_total": sum(seq),
             "achieved_pps": round(sum(seq) / elapsed, 1) if elapsed > 0 else 0.0,
-            "max_lag_ms": round(max_lag * 1000, 2), "interrupted": stop.flag}
+            "max_lag_ms": round(max_lag * 1000, 2), "late": late.report(), "interrupted": stop.flag}
 
 
 # --- receiver ------------------------------------------------------------------------------------------

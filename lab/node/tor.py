@@ -126,14 +126,19 @@ class TorAgent:
             log(e)
         self.hold.events.clear()
 
-    def _neigh(self, ifindex: int, state: int, dst: str | None, deleted: bool) -> None:
+    def _neigh(self, ifindex: int, state: int, dst: str | None, deleted: bool, quiet: bool = False) -> None:
         iface = self.ifname.get(ifindex)
         if not iface or not dst or ":" in dst or ipaddress.IPv4Address(dst) not in self.subnet:
             return
         if deleted or state & (NUD_FAILED | NUD_INCOMPLETE):
             if self.neigh.get(dst) == iface:
                 del self.neigh[dst]
+                if not quiet:  # the timeline's ARP/neighbour events: why a host's /32 is withdrawn
+                    log(f"{iface}: neighbour {dst} " + ("deleted" if deleted else
+                                                        "failed" if state & NUD_FAILED else "incomplete"))
         else:
+            if self.neigh.get(dst) != iface and not quiet:
+                log(f"{iface}: neighbour {dst} learned")
             self.neigh[dst] = iface
 
     def _netlink(self, now: float) -> None:
@@ -168,9 +173,16 @@ class TorAgent:
         self.resync_neighbours()
 
     def resync_neighbours(self) -> None:
+        before = dict(self.neigh)
         self.neigh.clear()
         for ifindex, state, dst in rtnl.dump_neighbours(socket.AF_INET):
-            self._neigh(ifindex, state, dst, deleted=False)
+            self._neigh(ifindex, state, dst, deleted=False, quiet=True)
+        for ip, ifc in before.items():
+            if self.neigh.get(ip) != ifc:
+                log(f"{ifc}: neighbour {ip} gone from the kernel's table (resync)")
+        for ip, ifc in self.neigh.items():
+            if before.get(ip) != ifc:
+                log(f"{ifc}: neighbour {ip} learned (resync)")
 
     # --- routes ----------------------------------------------------------------------------------
     def reconcile(self) -> None:

@@ -1,0 +1,173 @@
+"""The lateness meter without root: the per-bin recorder the node programs keep, the CPU pressure
+windows, the verdict beside a figure, and the probe sender's own report of how late it was."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from hpnlab import lateness
+from hpnlab.node import probe
+from hpnlab.node.lateness import BIN_S, LateBins
+
+
+def test_late_bins_keep_the_worst_per_bin_and_ignore_the_punctual():
+    b = LateBins(keep=3)
+    b.record(100.01, 0.0002)  # on time: counted, not kept
+    b.record(100.02, 0.004)
+    b.record(100.05, 0.012)
+    b.record(100.09, 0.002)  # same bin, less late
+    b.record(100.31, 0.030)
+    rep = b.report()
+    assert rep["samples"] == 5 and rep["late"] == 4 and rep["worst_ms"] == 30.0
+    assert rep["bins"] == [[100.0, 12.0], [100.3, 30.0]]
+    for k in range(5):  # only the most recent `keep` bins stay
+        b.record(200 + k * BIN_S, 0.002)
+    assert len(b.report()["bins"]) == 3 and b.report()["bins"][-1][0] == 200.4
+
+
+def test_cpu_window_interpolates_the_cumulative_counters():
+    # PSI some grows 50 ms per 100 ms of wall clock (50 % pressure), full 0, steal 1 tick per 100 ms, and the
+    # input backlogs drop 7 packets in each sample period after the 5th
+    samples = [[100 + 0.1 * i, 1e6 + 50_000 * i, 0.0, 5.0 + 0.01 * i, 40 + 7 * max(0, i - 5)] for i in range(11)]
+    w = lateness.cpu_window(samples, 100.25, 100.75)
+    # drops: from the sample at or before 100.25 (i=2: 40) to the one at or after 100.75 (i=8: 61)
+    assert w == {"psi_some_ms": 250.0, "psi_full_ms": 0.0, "steal_ms": 50.0, "backlog_drops": 21}
+    assert lateness.cpu_window(samples, 99.0, 100.5)["psi_some_ms"] is None  # not sampled then: no figure
+    assert lateness.cpu_window([], 1, 2) == {"psi_some_ms": None, "psi_full_ms": None, "steal_ms": None,
+                                              "backlog_drops": None}
+    old = [s[:4] for s in samples]  # a cpu.json from before the backlog column
+    assert lateness.cpu_window(old, 100.25, 100.75)["backlog_drops"] is None
+
+
+def test_the_verdict_flags_lateness_that_is_a_material_part_of_the_figure():
+    meter = {"senders": {"up": {"bins": [[10.0, 3.0], [10.5, 40.0]]}},
+             "agents": {"s0r0a": {"bins": [[10.1, 9.0]]}, "h0": {"bins": [[30.0, 500.0]]}}, "cpu": []}
+    w = lateness.window(meter, 10.0, 10.3)  # the 40 ms send and h0's 500 ms are outside
+    assert w["sender_late_ms"] == 3.0 and w["timer_late_ms"] == 9.0 and w["timer_late_node"] == "s0r0a"
+    assert w["late_ms"] == 9.0
+    assert lateness.verdict(125.0, w)["flagged"] is False  # 9 ms against a 12.5 ms bound
+    assert lateness.verdict(60.0, w)["flagged"] is True  # against max(5, 6) ms
+    assert lateness.verdict(0.0, w)["bound_ms"] == lateness.FLOOR_MS
+    assert lateness.window(meter, 10.4, 10.6)["late_ms"] == 40.0
+    quiet = lateness.window({}, 0, 1)
+    assert quiet["late_ms"] == 0.0 and quiet["timer_late_node"] is None and not lateness.verdict(1.0, quiet)["flagged"]
+
+
+def test_the_sampler_reads_this_machines_pressure():
+    with lateness.CpuSampler(period=0.02) as s:
+        time.sleep(0.15)
+    assert len(s.samples) >= 3
+    have = lateness.read_cpu()
+    if have[1] is None:
+        pytest.skip("this kernel has no /proc/pressure/cpu (PSI off): the meter reports no pressure here")
+    w = lateness.cpu_window(s.samples, s.samples[0][0], s.samples[-1][0])
+    assert w["psi_some_ms"] is not None and w["psi_some_ms"] >= 0
+
+
+def test_a_probe_sender_reports_how_late_it_was(tmp_path):
+    """A real sender on loopback reports its lateness: every send judged, the worst at most its max lag."""
+    rep = probe.send("127.0.0.1", "127.0.0.1", 9, flows=2, rate=500, duration=0.3, sport_base=41000)
+    late = rep["late"]
+    assert late["samples"] == rep["sent_total"] and late["bin_s"] == BIN_S
+    assert late["worst_ms"] <= rep["max_lag_ms"] + 0.01
+    assert json.loads(json.dumps(late)) == late
+
+
+def test_summary_shows_the_meter_and_each_faults_verdict():
+    from hpnlab.traffic import report
+
+    em = {"late_ms": 30.0, "sender_late_ms": 2.0, "timer_late_ms": 30.0, "timer_late_node": "s0r0a",
+          "psi_some_ms": 80.0, "psi_full_ms": 0.0, "steal_ms": 0.0, "window_ms": 300.0, "bound_ms": 12.5,
+          "flagged": True}
+    fault = {"fault": "link-down s0h0:r0p0", "kind": "link-down", "at": 2, "until": 4, "recovered": True,
+             "longest_gap_ms": 125.0, "routes_first_ms": 1.0, "routes_last_ms": 130.0, "workload": {},
+             "streams": {}, **{m: 0 for m in report.METRICS if m != "longest_gap_ms"}, "emulator": em}
+    run = {"faults": [fault], "probes": {}, "emulator": {"sender_late_ms": 2.0, "timer_late_ms": 30.0,
+                                                         "timer_late_node": "s0r0a", "late_bins": 3, "bins": 100,
+                                                         "psi_some_pct": 12.0, "psi_full_pct": 0.0,
+                                                         "steal_pct": 0.0}}
+    agg = report.aggregate([run, {**run, "faults": [{**fault, "emulator": {**em, "late_ms": 1.0,
+                                                                            "flagged": False}}]}])
+    assert agg[0]["emulator"]["flagged"] == 1 and agg[0]["emulator"]["judged"] == 2
+    assert agg[0]["emulator"]["late_ms"] == {"median": 15.5, "max": 30.0}
+    results = {"experiment": "x", "repetitions": 2, "duration": 8, "variants": {
+        "v": {"runs": [run, run], "faults": agg}}}
+    text = report.summary_table(results)
+    assert "1/2 FLAG" in text and "15.5/30" in text
+    assert "emulator: worst lateness in any run 30 ms" in text and "on s0r0a" in text and "12-12 %" in text
+
+
+def test_the_timeline_splits_a_converged_gap_into_detection_protocol_and_delivery():
+    """Events as a Clos access-link failure produces them (figures from a run on this machine)."""
+    from hpnlab.traffic import measure, timeline
+
+    t = 1000.0
+    agents = {"s0r0a": [[t + 0.0072, "h0p0: carrier down"], [t + 0.0073, "h0p0: mux collecting_distributing -> detached"],
+                        [t + 0.0094, "host route 10.0.0.2/32 dev h0p0 table 10 withdrawn"], [t + 9, "later"]],
+              "s0h0": [[t + 0.008, "rail 0 10.0.0.2: nexthops ['r0p0', 'r0p1'] -> ['r0p1']"],
+                       [t - 5, "r0p0: partner current"]]}  # before the window: left out
+    routes = [{"ts": t + 0.0177, "node": "s0r0a", "prefix": "10.0.0.2/32", "event": "del", "via": "h0p0"},
+              {"ts": t + 0.1289, "node": "agg0-0", "prefix": "10.0.0.2/32", "event": "add", "via": "s0r0b"},
+              {"ts": t + 0.1323, "node": "agg0-1", "prefix": "10.0.0.2/32", "event": "add", "via": "s0r0b"}]
+    fl = measure.Flow("downstream", 0, 1000, 969, 0, 0, [measure.Gap(t - 0.002, t + 0.1318, 31, 0.004)])
+    fault = {"label": "link-down s0h0:r0p0", "applied": t, "reverted": t + 4, "until": 6}
+    tl = timeline.build(fault, t + 7, agents, routes, [fl], late_ms=3.3)
+    kinds = [(e["node"], e["kind"]) for e in tl["events"]]
+    assert kinds[:3] == [("s0r0a", "carrier"), ("s0r0a", "lacp"), ("s0h0", "nexthop")] and ("s0h0", "lacp") not in kinds
+    sp = tl["split"]
+    assert sp["detection_ms"] == 7.2 and sp["detected_by"] == "s0r0a: h0p0: carrier down"
+    assert sp["last_change"] == "agg0-0: add 10.0.0.2/32 via s0r0b"  # agg0-1 changed after the gap closed
+    assert (sp["protocol_ms"], sp["delivery_ms"], sp["cpu_ms"]) == (121.7, 2.9, 3.3)
+    assert sp["gap_ms"] == pytest.approx(129.8, abs=0.1)
+    # a flow silent until the repair converged nowhere: no split, and why
+    hole = measure.Flow("up", 0, 1000, 0, 0, 0, [measure.Gap(t - 0.002, t + 4.01, 1000, 0.004)])
+    assert timeline.build(fault, t + 7, agents, routes, [hole], 0.0)["split"]["gap_ms"] is None
+    assert timeline.classify("r0p1: micro-BFD up -> down (detect timer)") == "micro-bfd"
+
+
+def test_an_agents_wait_records_a_late_timer_and_not_one_never_set():
+    from hpnlab.node import agent
+
+    agent.TIMERS = LateBins()
+    agent.wait([], 0.0)  # a port's first deadline (0 + period): not a timer due now
+    now = time.monotonic()
+    agent.wait([], now - 0.02)  # due 20 ms ago (the loop was busy): late
+    agent.wait([], time.monotonic() + 0.01)  # due in 10 ms: on time
+    rep = agent.TIMERS.report()
+    assert rep["samples"] == 2 and rep["late"] == 1 and 19 <= rep["worst_ms"] < 1000
+
+
+def test_a_status_write_survives_the_writer_thread_logging_meanwhile(tmp_path):
+    """The ToR agent's kernel writer logs (appends events) while the main loop writes the status file,
+    which copies the events: iterating the deque itself died with "deque mutated during iteration" (a
+    ToR agent on the paper's segment; outside pytest this loop hit it in ~2 % of writes, under pytest
+    it rarely does: a stress test, not a proof)."""
+    import threading
+
+    from hpnlab.node import agent
+
+    st = agent.StatusFile(str(tmp_path / "status.json"))
+    agent.EVENTS.extend([(time.time(), "learned")] * agent.EVENTS.maxlen)  # full: each append mutates it
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            agent.EVENTS.append((time.time(), "host route 10.0.0.2/32 dev h0p0 table 10 added"))
+
+    import sys
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can: the race shows at once
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(400):  # the old copy failed in ~2 % of writes here
+            st.write({"node": "s0r0a"})
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(old)
+    assert json.loads((tmp_path / "status.json").read_text())["events"]

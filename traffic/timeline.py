@@ -1,0 +1,151 @@
+"""The convergence timeline of one fault: per router and host, when it saw the event, on the one wall
+clock every namespace shares, and where the outage's milliseconds went.
+
+Sources: the agents' own events (carrier, LACP partner and mux, micro-BFD, a ToR's neighbours and host routes, a host's
+nexthops; each agent keeps its last minute of them in its status file), the routers' FIB changes (the
+route monitors), and the probes' gaps. BGP UPDATEs are not in it: FRR logs them only with update
+debugging on, which costs more than the fault it would explain; a router's FIB change is where an
+UPDATE it received took effect.
+
+The split (pure, ``split``): for the longest gap that closed before the repair (a flow that converged):
+- detection: fault -> the first carrier / LACP / micro-BFD event anywhere;
+- protocol: that -> the last FIB change a router made before the gap closed (host routes, BGP, zebra);
+- delivery: that -> the first packet through (the probe's own interval, ARP);
+- and, overlapping them, "waiting for CPU": the lateness meter's worst timer / sender lateness in the
+  window, the part of the figure that may be the machine's.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hpnlab.traffic import measure
+
+KINDS = (("carrier", re.compile(r"carrier (up|down)|admin (up|down)")),
+         ("micro-bfd", re.compile(r"micro-BFD")),
+         ("lacp", re.compile(r"partner |mux ")),
+         ("neighbour", re.compile(r"neighbour ")),
+         ("host-route", re.compile(r"host route ")),
+         ("nexthop", re.compile(r"nexthops ")),
+         ("stack", re.compile(r"heartbeat|sync|shut")))
+DETECTION = ("carrier", "micro-bfd", "lacp")
+
+
+def classify(msg: str) -> str | None:
+    for kind, rx in KINDS:
+        if rx.search(msg):
+            return kind
+    return None
+
+
+def events(agent_events: dict[str, list], route_events: list[dict], origin: float, a: float,
+           b: float) -> list[dict]:
+    """Every classified agent event and every FIB change in [a, b], in time order, ms since ``origin``."""
+    out = []
+    for node, evs in agent_events.items():
+        for t, msg in evs:
+            kind = classify(msg)
+            if kind and a <= t <= b:
+                out.append({"t_ms": round((t - origin) * 1000, 1), "node": node, "kind": kind, "what": msg})
+    for e in route_events:
+        if a <= e["ts"] <= b:
+            out.append({"t_ms": round((e["ts"] - origin) * 1000, 1), "node": e["node"], "kind": "fib",
+                        "what": f"{e['event']} {e['prefix']} via {e.get('via') or '-'}"})
+    return sorted(out, key=lambda e: (e["t_ms"], e["node"]))
+
+
+def split(evs: list[dict], flows: list[measure.Flow], applied: float, reverted: float | None,
+          late_ms: float) -> dict:
+    """Detection / protocol / delivery of the longest gap that closed before the repair (ms)."""
+    end = reverted if reverted is not None else float("inf")
+    closed = [g for fl in flows for g in fl.gaps
+              if g.missing > 0 and g.end > applied and g.start < end and g.end < end]
+    if not closed:
+        return {"gap_ms": None, "why": "no flow converged before the repair (black-holed, or not hit)"}
+    g = max(closed, key=lambda x: x.ms)
+    close_ms = (g.end - applied) * 1000
+    det = next((e for e in evs if e["kind"] in DETECTION and e["t_ms"] >= 0), None)
+    fib = [e for e in evs if e["kind"] in ("fib", "host-route", "nexthop") and e["t_ms"] <= close_ms]
+    last = fib[-1] if fib else None
+    det_ms = det["t_ms"] if det else None
+    last_ms = last["t_ms"] if last else None
+    out = {"gap_ms": round(g.ms, 1), "gap_closed_ms": round(close_ms, 1),
+           "detection_ms": det_ms, "detected_by": f"{det['node']}: {det['what']}" if det else None,
+           "protocol_ms": round(last_ms - det_ms, 1) if det_ms is not None and last_ms is not None else None,
+           "last_change": f"{last['node']}: {last['what']}" if last else None,
+           "delivery_ms": round(close_ms - last_ms, 1) if last_ms is not None else None,
+           "cpu_ms": late_ms}
+    out["path"] = [e for e in (det, last) if e]
+    return out
+
+
+def build(fault: dict, window_end: float, agent_events: dict[str, list], route_events: list[dict],
+          flows: list[measure.Flow], late_ms: float) -> dict:
+    """One fault's timeline: events from just before it to the end of its window, and the split."""
+    a = fault["applied"]
+    evs = events(agent_events, route_events, a, a - 0.05, window_end)
+    rev = fault.get("reverted") if fault.get("until") is not None else None
+    return {"fault": fault["label"], "applied": a, "reverted_ms": round((rev - a) * 1000, 1) if rev else None,
+            "events": evs, "split": split(evs, flows, a, rev, late_ms)}
+
+
+COLOURS = {"carrier": "tab:red", "micro-bfd": "tab:orange", "lacp": "tab:purple", "neighbour": "tab:cyan",
+           "host-route": "tab:green",
+           "nexthop": "tab:olive", "stack": "tab:brown", "fib": "tab:blue"}
+
+
+def plot(results: dict, path) -> object | None:
+    """timeline.png: per variant, the first repetition's first fault with a converged gap: routers and hosts
+    on one axis, ms since the fault on the other, each event a mark, the critical path (detection -> the
+    last FIB change before the gap closed) drawn through them, the gap shaded."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    panels = []
+    for vname, v in results["variants"].items():
+        for f in (v.get("runs") or [{}])[0].get("faults", []):
+            tl = f.get("timeline")
+            if tl and tl["split"].get("gap_ms") is not None and tl["events"]:
+                panels.append((vname, tl))
+                break
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12.5, 1.2 + 0.28 * max(len({e["node"] for e in tl["events"]})
+                                                                               for _v, tl in panels) * len(panels)),
+                             squeeze=False)
+    for ax, (vname, tl) in zip(axes[:, 0], panels):
+        sp = tl["split"]
+        horizon = max(sp["gap_closed_ms"] * 1.3, 50.0)
+        evs = [e for e in tl["events"] if e["t_ms"] <= horizon]
+        nodes: list[str] = []
+        for e in evs:
+            if e["node"] not in nodes:
+                nodes.append(e["node"])
+        y = {n: i for i, n in enumerate(nodes)}
+        ax.axvspan(0, sp["gap_closed_ms"], color="grey", alpha=0.12, label=f"longest converged gap {sp['gap_ms']:g} ms")
+        for kind, colour in COLOURS.items():
+            pts = [(e["t_ms"], y[e["node"]]) for e in evs if e["kind"] == kind]
+            if pts:
+                ax.scatter(*zip(*pts), s=18, color=colour, label=kind, zorder=3)
+        crit = [p for p in sp.get("path", []) if p["t_ms"] <= horizon]
+        if len(crit) == 2:
+            ax.plot([p["t_ms"] for p in crit], [y[p["node"]] for p in crit], color="black", lw=2, zorder=2,
+                    label="critical path")
+        ax.axvline(0, color="tab:red", lw=1)
+        ax.set_yticks(range(len(nodes)))
+        ax.set_yticklabels(nodes, fontsize=7)
+        ax.set_xlim(-5, horizon)
+        ax.set_title(f"{vname}: {tl['fault']}: detection {sp['detection_ms']} ms, protocol {sp['protocol_ms']} ms, "
+                     f"delivery {sp['delivery_ms']} ms; waiting for CPU <= {sp['cpu_ms']:g} ms", fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    axes[-1, 0].set_xlabel("ms since the fault was applied (one wall clock for every namespace)")
+    fig.suptitle(f"hpnlab experiment {results['experiment']}: convergence timeline (repetition 1)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
