@@ -121,7 +121,14 @@ def test_the_timeline_splits_a_converged_gap_into_detection_protocol_and_deliver
     assert sp["detection_ms"] == 7.2 and sp["detected_by"] == "s0r0a: h0p0: carrier down"
     assert sp["last_change"] == "agg0-0: add 10.0.0.2/32 via s0r0b"  # agg0-1 changed after the gap closed
     assert (sp["protocol_ms"], sp["delivery_ms"], sp["cpu_ms"]) == (121.7, 2.9, 3.3)
-    assert sp["gap_ms"] == pytest.approx(129.8, abs=0.1)
+    assert sp["gap_ms"] == pytest.approx(129.8, abs=0.1) and sp["began_ms"] == 0.0 and sp["gap_closed_ms"] == 131.8
+    # a gap that began later (a link's second flap at +1 s): counted from its own start, its own detection
+    flap = {"s0r0a": agents["s0r0a"][:1] + [[t + 1.0062, "h0p0: carrier down"]]}
+    routes2 = routes + [{"ts": t + 1.0913, "node": "agg0-0", "prefix": "10.0.0.2/32", "event": "add", "via": "s0r0b"}]
+    later = measure.Flow("downstream", 0, 1000, 969, 0, 0, [measure.Gap(t + 0.999, t + 1.1, 25, 0.004)])
+    sp2 = timeline.build(fault, t + 7, flap, routes2, [later], late_ms=0.0)["split"]
+    assert sp2["began_ms"] == 999.0 and sp2["detection_ms"] == 7.2 and sp2["protocol_ms"] == 85.1
+    assert sp2["gap_closed_ms"] == 101.0 and sp2["delivery_ms"] == 8.7
     # a flow silent until the repair converged nowhere: no split, and why
     hole = measure.Flow("up", 0, 1000, 0, 0, 0, [measure.Gap(t - 0.002, t + 4.01, 1000, 0.004)])
     assert timeline.build(fault, t + 7, agents, routes, [hole], 0.0)["split"]["gap_ms"] is None
@@ -171,3 +178,14 @@ def test_a_status_write_survives_the_writer_thread_logging_meanwhile(tmp_path):
         t.join()
         sys.setswitchinterval(old)
     assert json.loads((tmp_path / "status.json").read_text())["events"]
+
+
+def test_a_hung_nodes_own_agent_is_not_a_witness_of_the_machine():
+    """hang stops every process of the node, its agent too: 5 s late by the fault's design, not the machine's."""
+    from hpnlab.traffic import report
+
+    meter = {"agents": {"s0r0a": {"bins": [[10.0, 5000.0]]}, "s1r0a": {"bins": [[10.0, 3.0]]}}, "senders": {}}
+    hang = {"kind": "hang", "node": "s0r0a"}
+    assert report.without_frozen(meter, [hang])["agents"] == {"s1r0a": {"bins": [[10.0, 3.0]]}}
+    assert report.without_frozen(meter, [{"kind": "link-down", "node": "s0r0a"}]) is meter
+    assert lateness.window(report.without_frozen(meter, [hang]), 9.9, 10.5)["late_ms"] == 3.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpnlab import lateness
-from hpnlab.traffic import measure, timeline, workloads
+from hpnlab.traffic import faults, measure, timeline, workloads
 from hpnlab.traffic.experiment import Plan
 
 TIMELINE_EVENTS = 400  # per fault in results.json (a segment's FIB changes run to thousands)
@@ -46,7 +46,7 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
         nxt = [g["applied"] for g in tl[k + 1:] if g["applied"] > start]
         window_end = min(nxt) if nxt else end_run
         allflows = [fl for v in streams.values() for fl in v]
-        entry = {"fault": f["label"], "kind": f["kind"], "at": f["at"], "until": f["until"],
+        entry = {"fault": f["label"], "kind": f["kind"], "node": f.get("node"), "at": f["at"], "until": f["until"],
                  "applied_s": round(start - t0, 3), "reverted_s": round(f["reverted"] - t0, 3) if f.get("reverted") else None,
                  **measure.fault_metrics(allflows, start, stop, window_end),
                  "streams": {name: measure.fault_metrics(v, start, stop, window_end) for name, v in streams.items()},
@@ -71,7 +71,7 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
                         "max_lag_ms": tx["max_lag_ms"],
                         "series": measure.series(receivers[name], tx["src"], t0)}
     return {"t0": t0, "faults": faults, "probes": probes,
-            "emulator": lateness.run_summary(meter or {}, t0, end_run),
+            "emulator": lateness.run_summary(without_frozen(meter or {}, tl), t0, end_run),
             "workload": {**({k: v for k, v in workload.items() if k not in ("iterations", "intervals")} if workload else {}),
                          "series": rate_series(workload, t0),
                          "baseline": workload_window(workload, t0, first_fault, t0 + 0.5, first_fault)
@@ -84,7 +84,17 @@ def emulator_verdict(meter: dict, entry: dict, start: float, window_end: float) 
     window: from the fault until the last gap or route change it caused had ended (at most the next fault)."""
     span = max(entry["longest_gap_ms"], entry["routes_last_ms"] or 0.0) / 1000
     b = min(window_end, start + span + lateness.PERIOD_S)
-    return lateness.verdict(entry["longest_gap_ms"], lateness.window(meter, start - lateness.PERIOD_S, b))
+    return lateness.verdict(entry["longest_gap_ms"],
+                            lateness.window(without_frozen(meter, [entry]), start - lateness.PERIOD_S, b))
+
+
+def without_frozen(meter: dict, faults_: list[dict]) -> dict:
+    """The meter less the agents of nodes a fault stops (hang): their timers' lateness is the fault's doing,
+    not the machine's."""
+    frozen = {f.get("node") for f in faults_ if f["kind"] in faults.REGISTRY and faults.get(f["kind"]).freezes_node}
+    if not frozen or not meter.get("agents"):
+        return meter
+    return {**meter, "agents": {n: r for n, r in meter["agents"].items() if n not in frozen}}
 
 
 # --- across repetitions --------------------------------------------------------------------------------------
@@ -103,7 +113,7 @@ def aggregate(runs: list[dict]) -> list[dict]:
             e["streams"][s]["recovered"] = all(x["streams"][s]["recovered"] for x in rows)
         sp = [x["timeline"]["split"] for x in rows if x.get("timeline") and x["timeline"]["split"].get("gap_ms")]
         if sp:
-            e["split"] = {m: measure.summarise([x.get(m) for x in sp]) for m in ("gap_ms",) + SPLIT}
+            e["split"] = {m: measure.summarise([x.get(m) for x in sp]) for m in ("gap_ms", "began_ms", "gap_closed_ms") + SPLIT}
         em = [x.get("emulator") for x in rows if x.get("emulator")]
         if em:
             e["emulator"] = {m: measure.summarise([x.get(m) for x in em])
@@ -185,10 +195,11 @@ def split_lines(results: dict) -> list[str]:
             sp = f.get("split")
             if not sp:
                 continue
-            med = {k: (sp[k]["median"] if sp.get(k) else None) for k in ("gap_ms",) + SPLIT}
-            out.append(f"timeline {vname} / {f['fault']}: converged gap {med['gap_ms']} ms = detection "
-                       f"{med['detection_ms']} + protocol {med['protocol_ms']} + delivery {med['delivery_ms']} ms; "
-                       f"waiting for CPU at most {med['cpu_ms']} ms of it (medians)")
+            med = {k: (sp[k]["median"] if sp.get(k) else None) for k in ("gap_ms", "began_ms", "gap_closed_ms") + SPLIT}
+            out.append(f"timeline {vname} / {f['fault']}: longest converged gap {med['gap_ms']} ms, closed "
+                       f"{med['gap_closed_ms']} ms after it began = detection {med['detection_ms']} + protocol "
+                       f"{med['protocol_ms']} + delivery {med['delivery_ms']} ms; waiting for CPU at most "
+                       f"{med['cpu_ms']} ms of it (medians)")
     return out
 
 

@@ -7,8 +7,9 @@ route monitors), and the probes' gaps. BGP UPDATEs are not in it: FRR logs them 
 debugging on, which costs more than the fault it would explain; a router's FIB change is where an
 UPDATE it received took effect.
 
-The split (pure, ``split``): for the longest gap that closed before the repair (a flow that converged):
-- detection: fault -> the first carrier / LACP / micro-BFD event anywhere;
+The split (pure, ``split``): for the longest gap that closed before the repair (a flow that converged),
+from when it began (the fault, or later: a later flap, LACP expiring):
+- detection: -> the first carrier / LACP / micro-BFD event anywhere;
 - protocol: that -> the last FIB change a router made before the gap closed (host routes, BGP, zebra);
 - delivery: that -> the first packet through (the probe's own interval, ARP);
 - and, overlapping them, "waiting for CPU": the lateness meter's worst timer / sender lateness in the
@@ -56,24 +57,30 @@ def events(agent_events: dict[str, list], route_events: list[dict], origin: floa
 
 def split(evs: list[dict], flows: list[measure.Flow], applied: float, reverted: float | None,
           late_ms: float) -> dict:
-    """Detection / protocol / delivery of the longest gap that closed before the repair (ms)."""
+    """Detection / protocol / delivery of the longest gap that closed before the repair (ms), counted from
+    when that gap began: the fault, or later for a gap a fault caused later (a link's third flap, LACP
+    expiring 3 s into a one-way failure)."""
     end = reverted if reverted is not None else float("inf")
     closed = [g for fl in flows for g in fl.gaps
               if g.missing > 0 and g.end > applied and g.start < end and g.end < end]
     if not closed:
         return {"gap_ms": None, "why": "no flow converged before the repair (black-holed, or not hit)"}
     g = max(closed, key=lambda x: x.ms)
-    close_ms = (g.end - applied) * 1000
-    det = next((e for e in evs if e["kind"] in DETECTION and e["t_ms"] >= 0), None)
-    fib = [e for e in evs if e["kind"] in ("fib", "host-route", "nexthop") and e["t_ms"] <= close_ms]
+    began = max(0.0, (g.start - applied) * 1000)  # the last packet through before it (sender clock)
+    close = (g.end - applied) * 1000
+    det = next((e for e in evs if e["kind"] in DETECTION and e["t_ms"] >= began), None)
+    det_at = det["t_ms"] if det else None
+    # the last change between the detection and the gap's close (one before the detection is not its effect)
+    fib = [e for e in evs if e["kind"] in ("fib", "host-route", "nexthop") and e["t_ms"] <= close
+           and (det_at is None or e["t_ms"] >= det_at)]
     last = fib[-1] if fib else None
-    det_ms = det["t_ms"] if det else None
-    last_ms = last["t_ms"] if last else None
-    out = {"gap_ms": round(g.ms, 1), "gap_closed_ms": round(close_ms, 1),
-           "detection_ms": det_ms, "detected_by": f"{det['node']}: {det['what']}" if det else None,
-           "protocol_ms": round(last_ms - det_ms, 1) if det_ms is not None and last_ms is not None else None,
+    last_at = last["t_ms"] if last else det_at
+    out = {"gap_ms": round(g.ms, 1), "began_ms": round(began, 1), "gap_closed_ms": round(close - began, 1),
+           "detection_ms": round(det_at - began, 1) if det else None,
+           "detected_by": f"{det['node']}: {det['what']}" if det else None,
+           "protocol_ms": round(last_at - det_at, 1) if det and last else None,
            "last_change": f"{last['node']}: {last['what']}" if last else None,
-           "delivery_ms": round(close_ms - last_ms, 1) if last_ms is not None else None,
+           "delivery_ms": round(close - last_at, 1) if det else None,
            "cpu_ms": late_ms}
     out["path"] = [e for e in (det, last) if e]
     return out
@@ -114,38 +121,41 @@ def plot(results: dict, path) -> object | None:
                 break
     if not panels:
         return None
-    fig, axes = plt.subplots(len(panels), 1, figsize=(12.5, 1.2 + 0.28 * max(len({e["node"] for e in tl["events"]})
-                                                                               for _v, tl in panels) * len(panels)),
-                             squeeze=False)
+    rows = max(len({e["node"] for e in tl["events"]}) for _v, tl in panels)  # one row per node with an event
+    height = min(1.5 + (0.18 if rows > 20 else 0.28) * rows * len(panels), 18.0)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12.5, height), squeeze=False)
     for ax, (vname, tl) in zip(axes[:, 0], panels):
         sp = tl["split"]
-        horizon = max(sp["gap_closed_ms"] * 1.3, 50.0)
-        evs = [e for e in tl["events"] if e["t_ms"] <= horizon]
+        b = sp.get("began_ms", 0.0)  # results written before it: the gap began at the fault
+        lo, horizon = (-5.0 if b < 50 else b - 50), b + max(sp["gap_closed_ms"] * 1.3, 50.0)
+        evs = [e for e in tl["events"] if lo <= e["t_ms"] <= horizon]
         nodes: list[str] = []
         for e in evs:
             if e["node"] not in nodes:
                 nodes.append(e["node"])
         y = {n: i for i, n in enumerate(nodes)}
-        ax.axvspan(0, sp["gap_closed_ms"], color="grey", alpha=0.12, label=f"longest converged gap {sp['gap_ms']:g} ms")
+        ax.axvspan(b, b + sp["gap_closed_ms"], color="grey", alpha=0.12,
+                   label=f"longest converged gap {sp['gap_ms']:g} ms")
         for kind, colour in COLOURS.items():
             pts = [(e["t_ms"], y[e["node"]]) for e in evs if e["kind"] == kind]
             if pts:
                 ax.scatter(*zip(*pts), s=18, color=colour, label=kind, zorder=3)
-        crit = [p for p in sp.get("path", []) if p["t_ms"] <= horizon]
+        crit = [p for p in sp.get("path", []) if lo <= p["t_ms"] <= horizon]
         if len(crit) == 2:
             ax.plot([p["t_ms"] for p in crit], [y[p["node"]] for p in crit], color="black", lw=2, zorder=2,
                     label="critical path")
         ax.axvline(0, color="tab:red", lw=1)
         ax.set_yticks(range(len(nodes)))
-        ax.set_yticklabels(nodes, fontsize=7)
-        ax.set_xlim(-5, horizon)
-        ax.set_title(f"{vname}: {tl['fault']}: detection {sp['detection_ms']} ms, protocol {sp['protocol_ms']} ms, "
+        ax.set_yticklabels(nodes, fontsize=7 if len(nodes) <= 20 else 5)
+        ax.set_xlim(lo, horizon)
+        ax.set_title(f"{vname}: {tl['fault']}: " + (f"gap began {b:g} ms after the fault; " if b >= 1 else "")
+                     + f"detection {sp['detection_ms']} ms, protocol {sp['protocol_ms']} ms, "
                      f"delivery {sp['delivery_ms']} ms; waiting for CPU <= {sp['cpu_ms']:g} ms", fontsize=9, loc="left")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     axes[-1, 0].set_xlabel("ms since the fault was applied (one wall clock for every namespace)")
     fig.suptitle(f"hpnlab experiment {results['experiment']}: convergence timeline (repetition 1)", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))  # the panels' titles below the figure's
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

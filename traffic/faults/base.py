@@ -37,6 +37,7 @@ class FaultKind:
     needs_iface = False  # a link fault: names the interface(s)
     uses_nft = False  # drops with an nftables netdev table: its name is in the undo recipe as "nft"
     params: dict[str, float] = {}  # the kind's own parameters and their defaults (experiment files, Lab.fault)
+    freezes_node = False  # stops the node's own processes: its agent's late timers are the fault, not the machine
 
     def check_params(self, f: "Fault", where: str) -> None:
         """Refuse, in one line naming the field, parameter values the kind cannot use."""

@@ -9,6 +9,7 @@ from hpnlab.traffic.faults.base import FaultKind, node_pids, nft_rules, register
 class Hang(FaultKind):
     kind = "hang"
     help = "stop every process in the node (SIGSTOP: FRR, agent) and drop all its ingress; links stay up"
+    freezes_node = True
 
     uses_nft = True
 
