@@ -189,3 +189,26 @@ def test_a_hung_nodes_own_agent_is_not_a_witness_of_the_machine():
     assert report.without_frozen(meter, [hang])["agents"] == {"s1r0a": {"bins": [[10.0, 3.0]]}}
     assert report.without_frozen(meter, [{"kind": "link-down", "node": "s0r0a"}]) is meter
     assert lateness.window(report.without_frozen(meter, [hang]), 9.9, 10.5)["late_ms"] == 3.0
+
+
+def test_every_fault_of_a_repetition_gets_its_verdict_and_timeline():
+    """Two faults in one run (as ablations has): each its own window, verdict and timeline."""
+    from hpnlab.traffic import measure, report
+
+    t0 = 1000.0
+    tl = [{"label": "link-down a", "kind": "link-down", "node": "s0h0", "at": 1, "until": 3, "applied": t0 + 1,
+           "reverted": t0 + 3},
+          {"label": "hang s0r0a", "kind": "hang", "node": "s0r0a", "at": 4, "until": 5, "applied": t0 + 4,
+           "reverted": t0 + 5}]
+    flows = [measure.Flow("up", 0, 800, 760, 0, 0, [measure.Gap(t0 + 0.999, t0 + 1.13, 30, 0.01),
+                                                      measure.Gap(t0 + 3.999, t0 + 4.3, 10, 0.01)])]
+    sender = {"src": "10.0.0.2", "dst": "10.0.2.2", "flows": 1, "requested_pps": 100, "achieved_pps": 100,
+              "max_lag_ms": 1.0, "late": {"bins": [[t0 + 4.1, 40.0]]}}
+    meter = {"senders": {"up": sender["late"]}, "agents": {"s0r0a": {"bins": [[t0 + 4.0, 1000.0]]}}, "cpu": []}
+    res = report.repetition_result({"t0": t0, "duration": 8, "timeline": tl}, None, {"up": flows}, {"up": sender},
+                                   {"up": {"bin_ms": 10, "bins": {}}}, [], None, meter, {})
+    first, second = res["faults"]
+    assert not first["emulator"]["flagged"] and first["timeline"]["fault"] == "link-down a"
+    # the hung ToR's own agent is the fault's doing; the sender's 40 ms is the machine's, in a 300 ms gap
+    assert second["emulator"]["late_ms"] == 40.0 and second["emulator"]["flagged"]
+    assert second["timeline"]["split"]["gap_ms"] == pytest.approx(291.0, abs=0.1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpnlab import lateness
-from hpnlab.traffic import faults, measure, timeline, workloads
+from hpnlab.traffic import faults as faultkinds, measure, timeline, workloads
 from hpnlab.traffic.experiment import Plan
 
 TIMELINE_EVENTS = 400  # per fault in results.json (a segment's FIB changes run to thousands)
@@ -58,9 +58,9 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
         entry["routes_last_ms"] = max((v["last_ms"] for v in fail.values()), default=None)
         entry["workload"] = workload_window(workload, t0, first_fault, start, stop or window_end)
         entry["emulator"] = emulator_verdict(meter or {}, entry, start, window_end)
-        tl = timeline.build(f, window_end, agent_events or {}, events, allflows, entry["emulator"]["late_ms"])
-        entry["timeline"] = {**tl, "events": tl["events"][:TIMELINE_EVENTS],
-                             "events_total": len(tl["events"])}
+        tline = timeline.build(f, window_end, agent_events or {}, events, allflows, entry["emulator"]["late_ms"])
+        entry["timeline"] = {**tline, "events": tline["events"][:TIMELINE_EVENTS],
+                             "events_total": len(tline["events"])}
         faults.append(entry)
     probes = {}
     for name, v in streams.items():
@@ -91,7 +91,8 @@ def emulator_verdict(meter: dict, entry: dict, start: float, window_end: float) 
 def without_frozen(meter: dict, faults_: list[dict]) -> dict:
     """The meter less the agents of nodes a fault stops (hang): their timers' lateness is the fault's doing,
     not the machine's."""
-    frozen = {f.get("node") for f in faults_ if f["kind"] in faults.REGISTRY and faults.get(f["kind"]).freezes_node}
+    frozen = {f.get("node") for f in faults_
+              if f["kind"] in faultkinds.REGISTRY and faultkinds.get(f["kind"]).freezes_node}
     if not frozen or not meter.get("agents"):
         return meter
     return {**meter, "agents": {n: r for n, r in meter["agents"].items() if n not in frozen}}
