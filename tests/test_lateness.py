@@ -129,6 +129,14 @@ def test_the_timeline_splits_a_converged_gap_into_detection_protocol_and_deliver
     sp2 = timeline.build(fault, t + 7, flap, routes2, [later], late_ms=0.0)["split"]
     assert sp2["began_ms"] == 999.0 and sp2["detection_ms"] == 7.2 and sp2["protocol_ms"] == 85.1
     assert sp2["gap_closed_ms"] == 101.0 and sp2["delivery_ms"] == 8.7
+    # LACPDUs lost: the host's partner expires at +2056.9 ms, packets already past it arrive until +2069.8;
+    # the gap is counted from the expiry (figures from one-way-failure's lacpdu-loss)
+    lacp = {"s0h0": [[t + 2.0569, "r0p0: partner expired"], [t + 2.9874, "r0p0: partner defaulted"]]}
+    r3 = [{"ts": t + 2.1845, "node": "agg0-1", "prefix": "10.0.0.2/32", "event": "add", "via": "s0r0b"}]
+    drained = measure.Flow("downstream", 0, 1000, 970, 0, 0, [measure.Gap(t + 2.0698, t + 2.186, 28, 0.004)])
+    sp3 = timeline.build({**fault, "until": 9, "reverted": t + 8}, t + 9, lacp, r3, [drained], 0.0)["split"]
+    assert sp3["began_ms"] == 2056.9 and sp3["detection_ms"] == 0.0 and sp3["detected_by"] == "s0h0: r0p0: partner expired"
+    assert (sp3["protocol_ms"], sp3["delivery_ms"]) == (127.6, 1.5)
     # a flow silent until the repair converged nowhere: no split, and why
     hole = measure.Flow("up", 0, 1000, 0, 0, 0, [measure.Gap(t - 0.002, t + 4.01, 1000, 0.004)])
     assert timeline.build(fault, t + 7, agents, routes, [hole], 0.0)["split"]["gap_ms"] is None

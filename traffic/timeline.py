@@ -8,7 +8,8 @@ debugging on, which costs more than the fault it would explain; a router's FIB c
 UPDATE it received took effect.
 
 The split (pure, ``split``): for the longest gap that closed before the repair (a flow that converged),
-from when it began (the fault, or later: a later flap, LACP expiring):
+from when it began (the fault, or later: a later flap, LACP expiring; or the detection, where a node saw
+the failure just before the last packet got through):
 - detection: -> the first carrier / LACP / micro-BFD event anywhere;
 - protocol: that -> the last FIB change a router made before the gap closed (host routes, BGP, zebra);
 - delivery: that -> the first packet through (the probe's own interval, ARP);
@@ -30,6 +31,7 @@ KINDS = (("carrier", re.compile(r"carrier (up|down)|admin (up|down)")),
          ("nexthop", re.compile(r"nexthops ")),
          ("stack", re.compile(r"heartbeat|sync|shut")))
 DETECTION = ("carrier", "micro-bfd", "lacp")
+EARLY_MS = 100.0
 
 
 def classify(msg: str) -> str | None:
@@ -68,8 +70,14 @@ def split(evs: list[dict], flows: list[measure.Flow], applied: float, reverted: 
     g = max(closed, key=lambda x: x.ms)
     began = max(0.0, (g.start - applied) * 1000)  # the last packet through before it (sender clock)
     close = (g.end - applied) * 1000
-    det = next((e for e in evs if e["kind"] in DETECTION and e["t_ms"] >= began), None)
+    # Its detection: where a node saw the failure up to EARLY_MS before the last packet got through (packets
+    # already past the failing point still arrive: LACP expiring, then the queue draining), the gap starts
+    # there; else the first sign after it. One after the gap closed is not this gap's.
+    dets = [e for e in evs if e["kind"] in DETECTION and began - EARLY_MS <= e["t_ms"] <= close]
+    det = dets[0] if dets else None
     det_at = det["t_ms"] if det else None
+    if det and det_at < began:
+        began = det_at
     # the last change between the detection and the gap's close (one before the detection is not its effect)
     fib = [e for e in evs if e["kind"] in ("fib", "host-route", "nexthop") and e["t_ms"] <= close
            and (det_at is None or e["t_ms"] >= det_at)]
