@@ -302,8 +302,9 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
     tmp.replace(out / "results.json")
     kinds = {workload_of(v) for v in results["variants"].values()}
     kind = workloads.get(kinds.pop()) if len(kinds) == 1 else None
-    if kind is not None and kind.own_report:
-        png, table = kind.plot(results, out / "plot.png"), kind.summary_table(results)
+    if kind is not None and kind.own_report:  # its own table, and the lateness meter's line under it
+        png, table = kind.plot(results, out / "plot.png"), "\n".join([kind.summary_table(results),
+                                                                      *report.emulator_lines(results)])
     else:
         png, table = report.plot(results, out / "plot.png"), report.summary_table(results)
     (out / "summary.txt").write_text(table + "\n")
