@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Benchmark: does the lateness meter tell a fabric's figure from the machine's? The default lab's access
+link failure (link-failure.yml: dual-plane and Clos tier 2) in one run under three conditions:
+
+- idle: the machine as it is;
+- hog: a CPU hog (one busy process) in its own cgroup, held to one core's worth of CPU;
+- 1-core: the whole run (controller, FRR, agents, probes) pinned to one CPU by a cpuset cgroup.
+
+For each: the longest gap (median/max over repetitions), the meter's lateness in the fault's window,
+how many repetitions it flagged, and CPU pressure; then whether the loaded figures agree with the idle
+ones within the meter's bound or are flagged. Last, the meter's own cost. Writes DIR/fidelity.json.
+Needs root. Usage:
+    sudo .venv/bin/python bench/fidelity.py --out results/fidelity [-n 3] [--conditions idle,hog,1-core]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+VARIANTS = "dual-tor,dual-tor-clos"
+CG = "hpnlab-fidelity"
+
+
+class Cgroup:
+    """One cgroup of our own, v2 (unified) or v1 (a controller's own hierarchy); removed by ``remove``."""
+
+    def __init__(self, controller: str, name: str) -> None:
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+        self.v2 = v2.exists()
+        self.path = Path("/sys/fs/cgroup") / name if self.v2 else Path("/sys/fs/cgroup") / controller / name
+        if self.v2:
+            sub = Path("/sys/fs/cgroup/cgroup.subtree_control")
+            if controller not in sub.read_text().split():
+                sub.write_text(f"+{controller}")
+        self.path.mkdir(exist_ok=True)
+
+    def write(self, v1: str, v2: str, value: str) -> None:
+        (self.path / (v2 if self.v2 else v1)).write_text(value)
+
+    def add(self, pid: int) -> None:
+        (self.path / ("cgroup.procs" if self.v2 else "tasks")).write_text(str(pid))
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)  # its last process is still exiting
+
+
+def hog() -> tuple[subprocess.Popen, Cgroup]:
+    """A busy loop held to one core's worth of CPU (cpu quota = period) in its own cgroup."""
+    cg = Cgroup("cpu", CG + "-hog")
+    cg.write("cpu.cfs_period_us", "cpu.max", "100000")
+    if not cg.v2:
+        cg.write("cpu.cfs_quota_us", "cpu.max", "100000")
+    else:
+        cg.write("", "cpu.max", "100000 100000")
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    cg.add(p.pid)
+    return p, cg
+
+
+def one_core() -> Cgroup:
+    cg = Cgroup("cpuset", CG + "-1core")
+    cg.write("cpuset.mems", "cpuset.mems", "0")
+    cg.write("cpuset.cpus", "cpuset.cpus", "0")
+    return cg
+
+
+def run(condition: str, out: Path, reps: int) -> dict:
+    """One `hpnlab run` of the two variants under the condition; its results.json figures."""
+    d = out / "runs" / condition
+    if d.exists():
+        shutil.rmtree(d)
+    argv = [sys.executable, "-m", "hpnlab", "run", str(ROOT / "experiments/link-failure.yml"), "--out", str(d),
+            "-n", str(reps), "--variants", VARIANTS]
+    extra: list = []
+    pre = None
+    if condition == "hog":
+        extra = list(hog())
+    elif condition == "1-core":
+        cg = one_core()
+        extra = [cg]
+        pre = lambda: cg.add(os.getpid())  # noqa: E731 (the child joins before it execs: all it starts is in)
+    t = time.monotonic()
+    try:
+        r = subprocess.run(argv, cwd=ROOT, preexec_fn=pre, capture_output=True, text=True)
+    finally:
+        for x in extra:
+            if isinstance(x, subprocess.Popen):
+                x.kill()
+                x.wait()
+        for x in extra:
+            if isinstance(x, Cgroup):
+                x.remove()
+    if r.returncode != 0:
+        raise SystemExit(f"{condition}: hpnlab run exited {r.returncode}: {r.stderr.strip()[-400:]}")
+    res = json.loads((d / "results.json").read_text())
+    rows = {}
+    for vname, v in res["variants"].items():
+        f = v["faults"][0]
+        per_rep = [x["faults"][0] for x in v["runs"]]
+        rows[vname] = {"longest_gap_ms": f["longest_gap_ms"], "converged_gap_ms": f["converged_gap_ms"],
+                       "emulator": f.get("emulator"),
+                       "per_rep": [{"gap_ms": x["longest_gap_ms"], **{k: x["emulator"][k] for k in (
+                           "late_ms", "sender_late_ms", "timer_late_ms", "timer_late_node", "psi_some_ms",
+                           "bound_ms", "flagged")}} for x in per_rep],
+                       "run": [x["emulator"] for x in v["runs"]]}
+    return {"condition": condition, "seconds": round(time.monotonic() - t, 1), "variants": rows}
+
+
+def judge(idle: dict, other: dict) -> dict:
+    """Per variant: does the loaded run agree with the idle one within the meter's bound, or was it flagged?"""
+    out = {}
+    for v, row in other["variants"].items():
+        base = idle["variants"][v]["longest_gap_ms"]["median"]
+        med = row["longest_gap_ms"]["median"]
+        bound = max(r["bound_ms"] for r in row["per_rep"]) + max(r["bound_ms"] for r in idle["variants"][v]["per_rep"])
+        flagged = sum(r["flagged"] for r in row["per_rep"])
+        agree = abs(med - base) <= bound
+        out[v] = {"idle_ms": base, "loaded_ms": med, "diff_ms": round(med - base, 1), "bound_ms": round(bound, 1),
+                  "agree": agree, "flagged": flagged, "reps": len(row["per_rep"]),
+                  "verdict": "agrees" if agree else ("flagged" if flagged else "DISAGREES UNFLAGGED")}
+    return out
+
+
+def meter_cost(results: list[dict]) -> dict:
+    """CPU cost of the meter: each witness's per-call cost here, times how often it runs."""
+    from hpnlab import lateness
+    from hpnlab.node.lateness import LateBins
+
+    n = 2000
+    t = time.process_time()
+    for _ in range(n):
+        lateness.read_cpu()
+    sampler_us = (time.process_time() - t) / n * 1e6
+    b = LateBins()
+    t = time.process_time()
+    for i in range(200_000):
+        b.record(1e9 + i * 0.001, 0.0002 if i % 10 else 0.003)
+    record_us = (time.process_time() - t) / 200_000 * 1e6
+    full = LateBins(keep=600)
+    for i in range(600):
+        full.record(1e9 + i * 0.1, 0.002)
+    t = time.process_time()
+    for _ in range(200):
+        json.dumps(full.report())
+    status_us = (time.process_time() - t) / 200 * 1e6
+    # rates on the default lab: agents' timer wake-ups per minute (from their status), one status write per
+    # agent per second, senders' sends per minute (link-failure: 80 flows x 250/s)
+    agents = 12
+    return {"sampler_us_per_read": round(sampler_us, 1), "sampler_cpu_s_per_min": round(sampler_us * 600 / 1e6, 4),
+            "record_us_per_timer": round(record_us, 2),
+            "status_json_us_worst": round(status_us, 1),
+            "default_lab_agents_cpu_s_per_min_worst": round(agents * 60 * status_us / 1e6, 4),
+            "note": "the agents' record() runs once per timer wake-up; the worst status cost is every one of "
+                    "600 bins late (a machine late all the time), the quiet case writes an empty list"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("-n", "--repetitions", type=int, default=3)
+    ap.add_argument("--conditions", default="idle,hog,1-core")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench/fidelity.py: needs root (it brings labs up and makes cgroups)", file=sys.stderr)
+        return 2
+    a.out.mkdir(parents=True, exist_ok=True)
+    conds = a.conditions.split(",")
+    runs = []
+    for c in conds:
+        print(f"[{time.strftime('%H:%M:%S')}] {c}: hpnlab run link-failure ({VARIANTS}) -n {a.repetitions}", flush=True)
+        runs.append(run(c, a.out, a.repetitions))
+    idle = next((r for r in runs if r["condition"] == "idle"), None)
+    verdicts = {r["condition"]: judge(idle, r) for r in runs if idle and r is not idle}
+    doc = {"machine": {"cpus": os.cpu_count(), "kernel": os.uname().release, "load_at_start": os.getloadavg()},
+           "runs": runs, "verdicts": verdicts, "meter_cost": meter_cost(runs), "finished": time.time()}
+    (a.out / "fidelity.json").write_text(json.dumps(doc, indent=1))
+    lines = [f"{'condition':<8} {'variant':<14} {'gap ms med/max':>15} {'late ms med/max':>16} {'flagged':>8} "
+             f"{'PSI some ms':>12}  verdict vs idle"]
+    for r in runs:
+        for v, row in r["variants"].items():
+            g, e = row["longest_gap_ms"], row["emulator"] or {}
+            ver = verdicts.get(r["condition"], {}).get(v)
+            lines.append(f"{r['condition']:<8} {v:<14} {g['median']:>7}/{g['max']:<7} "
+                         f"{e.get('late_ms', {}).get('median')!s:>7}/{e.get('late_ms', {}).get('max')!s:<8} "
+                         f"{e.get('flagged', '-')!s:>4}/{e.get('judged', '-')!s:<3} "
+                         f"{e.get('psi_some_ms', {}).get('median')!s:>12}  "
+                         + (f"{ver['verdict']} ({ver['diff_ms']:+g} ms, bound {ver['bound_ms']:g})" if ver else "-"))
+    (a.out / "summary.txt").write_text("\n".join(lines) + "\n")
+    print("\n" + "\n".join(lines))
+    print("\nmeter cost:", json.dumps(doc["meter_cost"]))
+    print(f"wrote {a.out / 'fidelity.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
