@@ -13,6 +13,9 @@ import pytest
 from hpnlab.cli import main
 from tests.conftest import ROOT
 
+# what a clean checkout holds of results/: raw/ is git-ignored (a local re-run leaves one beside them)
+SHIPPED = shutil.ignore_patterns("raw")
+
 
 def _digest(folder) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -25,7 +28,7 @@ def test_reanalysing_shipped_results_without_raw_data_is_refused_and_writes_noth
     if not (src / "results.json").exists():
         pytest.skip(f"{src} is not shipped in this checkout")
     out = tmp_path / shipped
-    shutil.copytree(src, out)
+    shutil.copytree(src, out, ignore=SHIPPED)
     before = _digest(out)
     assert main(["run", shipped, "--out", str(out), "--reanalyse"]) == 2
     err = capsys.readouterr().err
@@ -35,7 +38,7 @@ def test_reanalysing_shipped_results_without_raw_data_is_refused_and_writes_noth
 
 def test_reanalysing_with_one_repetition_missing_is_refused(tmp_path, capsys):
     out = tmp_path / "lf"
-    shutil.copytree(ROOT / "results" / "link-failure", out)
+    shutil.copytree(ROOT / "results" / "link-failure", out, ignore=SHIPPED)
     res = json.loads((out / "results.json").read_text())
     name = next(n for n, v in res["variants"].items() if len(v.get("runs", [])) >= 2)
     (out / "raw" / name / "rep1").mkdir(parents=True)
@@ -52,7 +55,7 @@ def test_running_into_a_folder_with_results_needs_force(tmp_path, capsys):
     if os.geteuid() != 0:
         pytest.skip("'hpnlab run' checks for root before its --out")
     out = tmp_path / "lf"
-    shutil.copytree(ROOT / "results" / "link-failure", out)
+    shutil.copytree(ROOT / "results" / "link-failure", out, ignore=SHIPPED)
     before = _digest(out)
     assert main(["run", "link-failure", "--out", str(out), "-n", "1"]) == 2
     assert "already holds results" in capsys.readouterr().err and _digest(out) == before
