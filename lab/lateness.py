@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from hpnlab.node.lateness import BIN_S  # the senders' and agents' bins
+
 FRACTION = 0.10  # of the figure: a 10 % error bar is what a reader would call "material"
 FLOOR_MS = 5.0  # below this, one scheduling quantum on a busy machine; not a verdict on anything
 PERIOD_S = 0.1
@@ -81,13 +83,19 @@ class CpuSampler:
                 self.samples.append(read_cpu())
                 return
 
-    def __enter__(self) -> "CpuSampler":
+    def start(self) -> None:
         self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def __enter__(self) -> "CpuSampler":
+        self.start()
         return self
 
     def __exit__(self, *_exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
+        self.stop()
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps({"period_s": self.period,
@@ -127,7 +135,7 @@ def cpu_window(samples: list, a: float, b: float) -> dict:
     return out
 
 
-def worst_in(bins: list, a: float, b: float, bin_s: float = 0.1) -> float:
+def worst_in(bins: list, a: float, b: float, bin_s: float = BIN_S) -> float:
     """Worst lateness (ms) of the bins overlapping [a, b]."""
     return max((ms for t, ms in bins if t + bin_s > a and t < b), default=0.0)
 
@@ -165,6 +173,6 @@ def run_summary(meter: dict, a: float, b: float) -> dict:
     late_bins = {t for r in meter.get("agents", {}).values() for t, _ms in r.get("bins", []) if a <= t < b}
     return {"sender_late_ms": w["sender_late_ms"], "timer_late_ms": w["timer_late_ms"],
             "timer_late_node": w["timer_late_node"], "late_bins": len(late_bins),
-            "bins": int(round((b - a) / 0.1)),
+            "bins": int(round((b - a) / BIN_S)),
             **{k.replace("_ms", "_pct"): (round(100 * w[k] / span, 1) if w[k] is not None else None)
                for k in ("psi_some_ms", "psi_full_ms", "steal_ms")}, "backlog_drops": w["backlog_drops"]}
