@@ -8,7 +8,7 @@ wall time and the machine's CPU seconds, then memory, BGP messages, and whether 
 
 Rungs are named by node count and derived from examples/segment-full.yml (1 segment, 8 rails, dual-plane)
 by its host count and aggs per plane, except 16 (examples/default.yml). Phases: namespaces, links, node
-config, FRR start, agents (from `hpnlab up`'s own steps), BGP converged (every session established and
+config, zebra start, agents, bgpd start (from `hpnlab up`'s own steps), BGP converged (every session established and
 every agg holding every /32 and subnet), verified (reachability too), idle (BGP sessions dropped while
 nothing happens), down. CPU is the machine's busy time (user + system + softirq, not steal) over the
 phase, so 2 cores give at most 2 CPU-s per second. Memory after verify: PSS of FRR per router (by
@@ -34,7 +34,7 @@ OUT = ROOT / "results" / "scale"
 # node count -> (hosts per segment, aggs per plane); 8 rails, 1 segment, dual-plane: 16 ToRs
 RUNGS = {32: (8, 4), 48: (16, 8), 78: (32, 15), 140: (64, 30), 264: (128, 60)}
 PHASES = [("creating", "namespaces"), ("creating", "links"), ("configuring nodes", "node config"),
-          ("starting FRR", "FRR start"), ("starting", "agents")]
+          ("starting zebra", "zebra start"), ("starting bgpd", "bgpd start"), ("starting", "agents")]
 
 
 def busy_jiffies() -> int:
@@ -61,8 +61,44 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
+def kind_of(comm: str, cmdline: list[str]) -> str | None:
+    """Which kind of lab process this is, for the CPU split: an FRR daemon by name, an agent by its module."""
+    if comm in ("zebra", "bgpd", "bfdd"):
+        return comm
+    mod = next((a for a in cmdline if a.startswith("hpnlab.node.")), None)
+    if mod in ("hpnlab.node.tor", "hpnlab.node.host", "hpnlab.node.bondhost", "hpnlab.node.fare",
+               "hpnlab.node.launcher"):
+        return "agents"
+    return None
+
+
+def cpu_by_kind() -> dict[str, float]:
+    """CPU-s so far of the lab's live processes by kind (FRR daemons, agents: they are not our children),
+    of this process (the controller: render, verify's threads) and of its reaped children (ip, vtysh,
+    probers, launchers: everything the controller spawned and waited for)."""
+    out = {"zebra": 0.0, "bgpd": 0.0, "bfdd": 0.0, "agents": 0.0}
+    for e in os.scandir("/proc"):
+        if not e.name.isdigit():
+            continue
+        try:
+            raw = open(f"/proc/{e.name}/stat").read()
+            comm = raw[raw.index("(") + 1:raw.rindex(")")]
+            f = raw[raw.rindex(")") + 2:].split()
+            cmd = open(f"/proc/{e.name}/cmdline").read().split("\0") if comm.startswith("python") else []
+        except (OSError, ValueError):
+            continue
+        k = kind_of(comm, cmd)
+        if k:
+            out[k] += (int(f[11]) + int(f[12])) / HZ
+    t = os.times()
+    out["controller"] = t.user + t.system
+    out["spawned"] = t.children_user + t.children_system
+    return out
+
+
 class Clock:
-    """Wall and CPU at each phase boundary, and the peak of used memory (sampled every 0.5 s)."""
+    """Wall and CPU at each phase boundary (the machine's, and by process kind), and the peak of used
+    memory (sampled every 0.5 s)."""
 
     def __init__(self):
         self.marks: list[tuple[str, float, int]] = []
@@ -75,13 +111,17 @@ class Clock:
             self.peak = max(self.peak, used_kib())
 
     def mark(self, phase: str) -> None:
-        self.marks.append((phase, time.monotonic(), busy_jiffies()))
+        self.marks.append((phase, time.monotonic(), busy_jiffies(), cpu_by_kind()))
 
     def phases(self) -> dict[str, dict]:
+        """Per phase: wall, the machine's busy CPU-s, and CPU-s by process kind ("other": the machine's
+        rest: the kernel's softirq and workqueues, processes that exited unreaped, anything else)."""
         out = {}
-        for (name, t0, c0), (_n, t1, c1) in zip(self.marks, self.marks[1:]):
+        for (name, t0, c0, k0), (_n, t1, c1, k1) in zip(self.marks, self.marks[1:]):
             if name != "-":  # "-": after the last phase
-                out[name] = {"wall_s": round(t1 - t0, 2), "cpu_s": round((c1 - c0) / HZ, 1)}
+                kinds = {k: round(k1[k] - k0.get(k, 0), 2) for k in k1}
+                kinds["other"] = round(max(0.0, (c1 - c0) / HZ - sum(kinds.values())), 2)
+                out[name] = {"wall_s": round(t1 - t0, 2), "cpu_s": round((c1 - c0) / HZ, 1), "by_kind": kinds}
         return out
 
     def stop(self):
@@ -107,13 +147,23 @@ def bgp_counters(rt, routers: list[str]) -> dict:
 
     def one(n):
         d = rt.vtysh_json(n, "show bgp neighbors json", timeout=60) or {}
-        return [(p.get("messageStats", {}).get("updatesRecv", 0), p.get("connectionsEstablished", 0),
-                 p.get("connectionsDropped", 0)) for p in d.values() if isinstance(p, dict)]
+        s = (rt.vtysh_json(n, "show bgp ipv4 unicast summary json", timeout=60) or {}).get("peers", {})
+        return [(p.get("messageStats", {}).get("updatesRecv", 0), p.get("messageStats", {}).get("updatesSent", 0),
+                 p.get("connectionsEstablished", 0), p.get("connectionsDropped", 0),
+                 (s.get(peer) or {}).get("pfxRcd", 0), (s.get(peer) or {}).get("pfxSnt", 0))
+                for peer, p in d.items() if isinstance(p, dict)]
 
     with ThreadPoolExecutor(max_workers=4) as ex:
         rows = [r for rows in ex.map(one, routers) for r in rows]
-    return {"updates_received": sum(r[0] for r in rows), "established": sum(r[1] for r in rows),
-            "dropped": sum(r[2] for r in rows), "peers": len(rows)}
+    n = max(1, len(rows))
+    # The least a convergence needs: each router learns each prefix once per session that carries it in
+    # the end (the prefixes every session holds now). FRR packs prefixes with the same attributes into one
+    # UPDATE, so a start that announces a router's prefixes together needs fewer messages than that.
+    return {"updates_received": sum(r[0] for r in rows), "updates_sent": sum(r[1] for r in rows),
+            "established": sum(r[2] for r in rows), "dropped": sum(r[3] for r in rows), "peers": len(rows),
+            "prefixes_held": sum(r[4] for r in rows), "prefixes_sent": sum(r[5] for r in rows),
+            "updates_received_per_session": round(sum(r[0] for r in rows) / n, 1),
+            "updates_per_prefix_held": round(sum(r[0] for r in rows) / max(1, sum(r[4] for r in rows)), 3)}
 
 
 def memory(rt, cfgs: dict, base_used: int) -> dict:
@@ -125,8 +175,8 @@ def memory(rt, cfgs: dict, base_used: int) -> dict:
     agents = {"host": [], "tor": []}
     for n, c in cfgs.items():
         pid = rt.agent_pid(n)
-        if pid and c["role"] in agents:
-            agents[c["role"]].append(pss_kib(pid))
+        if pid and c.role in agents:
+            agents[c.role].append(pss_kib(pid))
     per_router = [sum(d.values()) for d in routers.values()]
     by_daemon = {d: max((r.get(d, 0) for r in routers.values()), default=0) / 1024 for d in frr.DAEMONS}
     mean_daemon = {d: sum(v) / len(v) / 1024 for d in frr.DAEMONS
@@ -204,7 +254,7 @@ def run_rung(nodes: int, overrides: dict, timeout: float, idle: float) -> dict:
         marks.sort(key=lambda m: m[1])
     clock.mark("idle" if idle else "-")
     if record.get("verified") is not None:
-        routers = [n for n, c in cfgs.items() if c["role"] != "host"]
+        routers = [n for n, c in cfgs.items() if c.role != "host"]
         record["memory"] = memory(rt, cfgs, base_used)
         before = bgp_counters(rt, routers)
         if idle and record["verified"]:
