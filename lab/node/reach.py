@@ -17,6 +17,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 
 from hpnlab.node.inet import checksum
 
@@ -27,41 +28,61 @@ def echo(ident: int, seq: int) -> bytes:
     return struct.pack("!BBHHH", 8, 0, checksum(head + payload), ident, seq) + payload
 
 
+def bound_socket(src: str) -> socket.socket:
+    """A raw ICMP socket bound to ``src``, in the calling thread's namespace."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    s.bind((src, 0))
+    s.setblocking(False)
+    return s
+
+
 def reach(pairs: list[tuple[str, str]], wait: float = 1.0) -> dict[str, bool]:
-    ident = os.getpid() & 0xFFFF
-    socks: dict[str, socket.socket] = {}
-    pending: dict[int, str] = {}  # seq -> "src>dst"
-    result = {f"{s}>{d}": False for s, d in pairs}
-    for seq, (src, dst) in enumerate(pairs, start=1):
-        s = socks.get(src)
-        if s is None:
-            s = socks[src] = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-            s.bind((src, 0))
-            s.setblocking(False)
-        try:
-            s.sendto(echo(ident, seq), (dst, 0))
-            pending[seq] = f"{src}>{dst}"
-        except OSError:
-            pass  # no route: unreachable, as ping would say
-    deadline = time.monotonic() + wait
-    while pending and (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select(list(socks.values()), [], [], left)
-        for s in ready:
-            while True:
+    return reach_groups([(bound_socket, pairs)], wait)
+
+
+def reach_groups(groups: list[tuple[Callable[[str], socket.socket], list[tuple[str, str]]]],
+                 wait: float = 1.0) -> dict[str, bool]:
+    """Several senders at once: each group opens its sockets with its own opener (the controller's opens
+    them inside one host's namespace each) and has its own ICMP identifier, so up to 65,535 pairs per
+    group and any number of groups share one wait. Source addresses are unique across groups."""
+    base = os.getpid() & 0xFFFF
+    socks: dict[str, tuple[socket.socket, int]] = {}  # src -> (socket, ident)
+    pending: dict[tuple[int, int], str] = {}  # (ident, seq) -> "src>dst"
+    result: dict[str, bool] = {}
+    try:
+        for g, (opener, pairs) in enumerate(groups):
+            ident = (base + g) & 0xFFFF
+            for seq, (src, dst) in enumerate(pairs, start=1):
+                result[f"{src}>{dst}"] = False
+                if src not in socks:
+                    socks[src] = (opener(src), ident)
                 try:
-                    pkt, (addr, _port) = s.recvfrom(2048)
-                except (BlockingIOError, InterruptedError):
-                    break
-                ihl = (pkt[0] & 0x0F) * 4
-                if len(pkt) < ihl + 8:
-                    continue
-                typ, _code, _ck, pid, seq = struct.unpack_from("!BBHHH", pkt, ihl)
-                key = pending.get(seq)
-                if typ == 0 and pid == ident and key and key.split(">")[1] == addr:
-                    result[key] = True
-                    del pending[seq]
-    for s in socks.values():
-        s.close()
+                    socks[src][0].sendto(echo(ident, seq), (dst, 0))
+                    pending[(ident, seq)] = f"{src}>{dst}"
+                except OSError:
+                    pass  # no route: unreachable, as ping would say
+        by_fd = {s.fileno(): (s, ident) for s, ident in socks.values()}
+        deadline = time.monotonic() + wait
+        while pending and (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select(list(by_fd), [], [], left)
+            for fd in ready:
+                s, ident = by_fd[fd]
+                while True:
+                    try:
+                        pkt, (addr, _port) = s.recvfrom(2048)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    ihl = (pkt[0] & 0x0F) * 4
+                    if len(pkt) < ihl + 8:
+                        continue
+                    typ, _code, _ck, pid, seq = struct.unpack_from("!BBHHH", pkt, ihl)
+                    key = pending.get((pid, seq))
+                    if typ == 0 and pid == ident and key and key.split(">")[1] == addr:
+                        result[key] = True
+                        del pending[(pid, seq)]
+    finally:
+        for s, _ident in socks.values():
+            s.close()
     return result
 
 

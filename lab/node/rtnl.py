@@ -200,6 +200,23 @@ def route_prefixes(table: int) -> set[str]:
     return out
 
 
+RTNH_F_LINKDOWN = 0x10
+
+
+def usable_routes(table: int = 254, sock: socket.socket | None = None) -> set[str]:
+    """The IPv4 unicast prefixes of one table that are not marked linkdown (what ``ip -4 route show``
+    lists without 'linkdown'; a /32 as a.b.c.d/32), of this namespace or of the one ``sock`` lives in."""
+    out = set()
+    for t, p in dump(RTM_GETROUTE, struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0), sock):
+        if t != RTM_NEWROUTE or len(p) < 12:
+            continue
+        rtype, flags = p[7], struct.unpack_from("=I", p, 8)[0]
+        tbl, dst = parse_route(p)
+        if tbl == table and dst and rtype == RTN_UNICAST and not flags & RTNH_F_LINKDOWN:
+            out.add(dst)
+    return out
+
+
 def route_body(dst: str, table: int, oif: int | None = None, rtype: int = RTN_UNICAST, proto: int = 0,
                scope: int = RT_SCOPE_UNIVERSE) -> bytes:
     """rtmsg + attributes of an IPv4 route (pure, unit-tested against what the kernel reads back)."""
