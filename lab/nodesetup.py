@@ -5,5 +5,5 @@ container; this module re-exports it for the controller, with the parser of a bo
 from __future__ import annotations
 
 from hpnlab.node.bondhost import parse_bonding  # noqa: F401
-from hpnlab.node.plan import (ARP_DUP_MARK, NFT_TABLE, agent_module, bond_name, bonding_available,  # noqa: F401
+from hpnlab.node.plan import (ARP_DUP_MARK, NFT_TABLE, agent_module, agent_needs_frr, bond_name, bonding_available,  # noqa: F401
                               host_driver, ip_batch, nft_ruleset, sysctls)

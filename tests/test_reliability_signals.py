@@ -45,7 +45,7 @@ def _interrupt_up(spec: Path, at: str, signals: list[int]) -> subprocess.Complet
     return subprocess.CompletedProcess(p.args, p.returncode, out, "".join(lines))
 
 
-@pytest.mark.parametrize("sig,at", [(signal.SIGTERM, "starting FRR"), (signal.SIGHUP, "creating"),
+@pytest.mark.parametrize("sig,at", [(signal.SIGTERM, "starting bgpd"), (signal.SIGHUP, "creating"),
                                     (signal.SIGINT, "waiting for LACP")])
 def test_a_signal_during_up_rolls_back(tmp_path, sig, at):
     _need_lab_machine()

@@ -121,6 +121,16 @@ def agent_module(cfg: dict, driver: str = "userspace") -> str | None:
     return {"tor": "hpnlab.node.tor"}.get(cfg["role"])
 
 
+def agent_needs_frr(cfg: dict) -> bool:
+    """Whether the node's agent talks to its FRR (an agg's FARE keeper pushes route-maps through vtysh) and so
+    starts after all of it. The ToR and host agents start between zebra and bgpd (hpnlab.runtime.base's
+    deploy): LACP aggregates and each ToR puts its hosts' /32s into table 10 while bgpd is not yet running,
+    so bgpd, once it starts, announces each ToR's routes together in its first UPDATEs, packed by
+    attributes, instead of one burst per host as each is learned (a route learned after the sessions are
+    up reaches every agg and every other ToR alone)."""
+    return cfg["role"] == "agg"
+
+
 def burst_bytes(rate_kbit: int) -> int:
     """Bucket depth: 1 ms at the rate, never below two full frames (tbf drops a frame larger than its burst;
     a larger burst lets short bursts past the rate)."""

@@ -22,11 +22,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hpnlab import capacity, kernel, neightable, nodesetup
+from hpnlab import capacity, frr, kernel, neightable, nodesetup
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
 from hpnlab.progress import Report
+from hpnlab.nsenter import NETNS_DIR
 from hpnlab.runtime.channel import Channel, NetnsChannel
 from hpnlab.spec import check_lab_name
 
@@ -136,7 +137,8 @@ class Runtime:
     def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Report) -> None:
         raise NotImplementedError
 
-    def start_frr(self, routers: list[str], cfgs: dict[str, NodeConfig]) -> None:
+    def start_frr(self, routers: list[str], cfgs: dict[str, NodeConfig], daemons=frr.DAEMONS) -> None:
+        """Start these FRR daemons (in frr.DAEMONS' order, those each router runs) on the routers."""
         raise NotImplementedError
 
     boot_poll = 0.2  # seconds between looks at the nodes' boot reports
@@ -175,6 +177,11 @@ class Runtime:
 
     def start_agent(self, node: str, cfg: NodeConfig) -> None:
         raise NotImplementedError
+
+    def start_agents(self, nodes: list[str], cfgs: dict[str, NodeConfig]) -> None:
+        """Start these nodes' agents (a runtime may start them together, cheaper than one by one)."""
+        for n in nodes:
+            self.start_agent(n, cfgs[n])
 
     def destroy(self, progress: Report) -> None:
         raise NotImplementedError
@@ -239,13 +246,23 @@ class Runtime:
         with ThreadPoolExecutor(max_workers=8) as ex:
             list(ex.map(lambda kv: self.configure_node(*kv), cfgs.items()))
         routers = [n for n, c in cfgs.items() if c.role != "host"]
-        progress(f"starting FRR on {len(routers)} routers")
-        self.start_frr(routers, cfgs)
         # With kernel bonds the bond speaks LACP and owns the routes; the hosts' agent only announces them.
         agents = [n for n, c in cfgs.items() if nodesetup.agent_module(c.plain(), self.driver)]
-        progress(f"starting {len(agents)} agents")
-        for n in agents:
-            self.start_agent(n, cfgs[n])
+        first = [n for n in agents if not nodesetup.agent_needs_frr(cfgs[n].plain())]
+        # zebra, then the agents, then the routing daemons (nodesetup.agent_needs_frr says why). zebra runs
+        # before the first host route: FRR 8.4's zebra can miss a route that is already in table 10 when it
+        # starts (its import-table left one of 128 ToR host routes out of the RIB in about one start of
+        # three at 48 nodes); a route added while zebra runs is imported as it arrives.
+        progress(f"starting zebra on {len(routers)} routers")
+        self.start_frr(routers, cfgs, daemons=frr.DAEMONS[:1])
+        progress(f"starting {len(first)} agents")
+        self.start_agents(first, cfgs)
+        progress(f"starting bgpd{' and bfdd' if any(c.bfd for c in cfgs.values()) else ''} on {len(routers)} routers")
+        self.start_frr(routers, cfgs, daemons=frr.DAEMONS[1:])
+        later = [n for n in agents if n not in set(first)]
+        if later:
+            progress(f"starting {len(later)} agents that talk to FRR")
+        self.start_agents(later, cfgs)
 
     def configure_node(self, node: str, cfg: NodeConfig) -> None:
         """Sysctls, addresses/bonds, link capacity, nftables, applied from outside through the node's namespace (so a
@@ -270,6 +287,14 @@ class Runtime:
 
     def exec_argv(self, node: str, argv: list[str]) -> list[str]:
         return self.channel.argv(self.exec_target(node), argv)
+
+    def netns_path(self, node: str) -> Path | None:
+        """The node's named network namespace on this machine, where a thread of the controller can enter
+        it (hpnlab.nsenter) instead of starting a process in it; None where the node is reached otherwise."""
+        if not isinstance(self.channel, NetnsChannel):
+            return None
+        p = NETNS_DIR / self.netns(node)
+        return p if p.exists() else None
 
     def tool_argv(self, node: str, argv: list[str]) -> tuple[list[str], Path | None]:
         """A node tool's command; over a remote channel its ``--out`` report comes back on standard output

@@ -7,6 +7,7 @@ Everything it creates is named ``<lab>-<node>`` or lives under /run/hpnlab/<lab>
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -84,26 +85,16 @@ class NetnsRuntime(Runtime):
         run(["ip", "-batch", "-"], input="\n".join(link_batch(self.lab, topo["links"])) + "\n",
             what="creating veth links", timeout=300)
 
-    def start_frr(self, routers: list[str], cfgs: dict[str, NodeConfig]) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        shutil.chown(self.log_dir, "frr", "frr")
-        self.state.data.frr_dirs = [str(self.frr_dir(n)) for n in routers]  # recorded once, before creation
-        self.state.save()
-        for n in routers:
-            d = self.frr_dir(n)
-            d.mkdir(parents=True, exist_ok=True)
-            shutil.chown(d, "frr", "frr")
-            frr.write_vtysh_conf(d)
-            for p in (self.config_dir / n, self.config_dir / n / "frr.conf"):  # 'write file' lands here
-                shutil.chown(p, "frr", "frr")
-        os.chmod(self.state.dir, 0o755)
+    def start_frr(self, routers: list[str], cfgs: dict[str, NodeConfig], daemons=frr.DAEMONS) -> None:
+        if "zebra" in daemons:  # the first call: each router's pathspace, recorded once, before creation
+            self.prepare_frr_dirs(routers)
         launching: list[subprocess.Popen] = []
         try:
-            self._launch_frr(routers, cfgs, launching)
+            self._launch_frr(routers, cfgs, launching, daemons)
             # Recorded too: a daemon that exits by itself removes its pid file, but FRR leaves its
             # /var/tmp/frr/<daemon>.<pid> directory, which destroy removes by these PIDs.
-            self.state.data.frr_pids = {f"{Path(d).name[len(self.lab) + 1:]}/{daemon}": pid
-                                        for pid, daemon, d in self.frr_daemons()}
+            self.state.data.frr_pids.update({f"{Path(d).name[len(self.lab) + 1:]}/{daemon}": pid
+                                             for pid, daemon, d in self.frr_daemons()})
             self.state.save()
         except BaseException:
             # Interrupted while launchers run: let each finish daemonising, so every daemon is inside its
@@ -116,8 +107,22 @@ class NetnsRuntime(Runtime):
                         p.kill()
             raise
 
-    def _launch_frr(self, routers: list[str], cfgs: dict[str, NodeConfig], launching: list) -> None:
-        for daemon in frr.DAEMONS:  # each daemon on every router at once, in start order
+    def prepare_frr_dirs(self, routers: list[str]) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        shutil.chown(self.log_dir, "frr", "frr")
+        self.state.data.frr_dirs = [str(self.frr_dir(n)) for n in routers]
+        self.state.save()
+        for n in routers:
+            d = self.frr_dir(n)
+            d.mkdir(parents=True, exist_ok=True)
+            shutil.chown(d, "frr", "frr")
+            frr.write_vtysh_conf(d)
+            for p in (self.config_dir / n, self.config_dir / n / "frr.conf"):  # 'write file' lands here
+                shutil.chown(p, "frr", "frr")
+        os.chmod(self.state.dir, 0o755)
+
+    def _launch_frr(self, routers: list[str], cfgs: dict[str, NodeConfig], launching: list, daemons) -> None:
+        for daemon in [d for d in frr.DAEMONS if d in daemons]:  # each daemon on every router at once, in order
             procs = []
             for n in routers:
                 if daemon not in frr.daemons(cfgs[n].bfd):
@@ -138,6 +143,45 @@ class NetnsRuntime(Runtime):
                     if time.monotonic() > deadline:
                         raise RuntimeFailure("zebra did not open its socket within 20 s; see " + str(self.log_dir))
                     time.sleep(0.05)
+
+    def start_agents(self, nodes: list[str], cfgs: dict[str, NodeConfig]) -> None:
+        """Every agent forked from one pre-loaded launcher (hpnlab.node.launcher: no Python start per agent)
+        into its node's namespace, with the same command line and log as ``start_agent``'s."""
+        if not nodes:
+            return
+        self.status_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        driver = self.state.data.host_driver or "userspace"
+        launcher = subprocess.Popen([sys.executable, "-m", "hpnlab.node.launcher", str(self.config_dir)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, start_new_session=True)
+        try:
+            for n in nodes:
+                req = {"netns": self.netns(n), "module": nodesetup.agent_module(cfgs[n].plain(), driver),
+                       "argv": [str(self.config_dir / n / "node.json"), "--status", str(self.status_path(n))],
+                       "log": str(self.agent_log(n)), "name": n}
+                launcher.stdin.write(json.dumps(req) + "\n")
+                launcher.stdin.flush()
+                reply = json.loads(launcher.stdout.readline() or '{"error": "the launcher exited"}')
+                if "pid" not in reply:
+                    raise RuntimeFailure(f"{n}: starting its agent failed ({reply.get('error')})")
+                self.state.data.agents[n] = reply["pid"]
+                self.state.save()
+        except (BrokenPipeError, ValueError) as e:
+            raise RuntimeFailure(f"the agent launcher failed ({e})") from None
+        finally:
+            try:
+                launcher.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                launcher.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                launcher.wait()
+            err = (launcher.stderr.read() or "").strip()
+            if launcher.returncode and err:
+                raise RuntimeFailure(f"the agent launcher failed (exit {launcher.returncode}): {err.splitlines()[-1]}")
 
     def start_agent(self, node: str, cfg: NodeConfig) -> None:
         self.status_dir.mkdir(parents=True, exist_ok=True)
