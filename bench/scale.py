@@ -84,7 +84,8 @@ def cpu_by_kind() -> dict[str, float]:
             raw = open(f"/proc/{e.name}/stat").read()
             comm = raw[raw.index("(") + 1:raw.rindex(")")]
             f = raw[raw.rindex(")") + 2:].split()
-            cmd = open(f"/proc/{e.name}/cmdline").read().split("\0") if comm.startswith("python") else []
+            # an agent forked by the launcher is named after its node (prctl), so read every command line
+            cmd = [] if comm in ("zebra", "bgpd", "bfdd") else open(f"/proc/{e.name}/cmdline").read().split("\0")
         except (OSError, ValueError):
             continue
         k = kind_of(comm, cmd)
