@@ -10,10 +10,10 @@ import ipaddress
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-from hpnlab import fare, nsenter
+from hpnlab import fare
 from hpnlab.errors import RuntimeFailure
 from hpnlab.models import NodeConfig
-from hpnlab.node import reach, rtnl
+from hpnlab.node import nsenter, reach, rtnl
 from hpnlab.runtime.base import Runtime
 
 HEARTBEAT_MAX_AGE = 3.0

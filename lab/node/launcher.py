@@ -24,7 +24,7 @@ import json
 import os
 import sys
 
-from hpnlab.nsenter import CLONE_NEWNET, NETNS_DIR
+from hpnlab.node.nsenter import CLONE_NEWNET, NETNS_DIR
 
 CLONE_NEWNS = 0x00020000
 MS_REC, MS_SLAVE = 0x4000, 0x80000

@@ -27,7 +27,7 @@ from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
 from hpnlab.progress import Report
-from hpnlab.nsenter import NETNS_DIR
+from hpnlab.node.nsenter import NETNS_DIR
 from hpnlab.runtime.channel import Channel, NetnsChannel
 from hpnlab.spec import check_lab_name
 
