@@ -201,6 +201,27 @@ def route_prefixes(table: int) -> set[str]:
 
 
 RTNH_F_LINKDOWN = 0x10
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY = 4, 20
+TCP_ESTABLISHED = 1
+
+
+def diag_socket() -> socket.socket:
+    """A NETLINK_SOCK_DIAG socket of the calling thread's namespace (for tcp_established)."""
+    return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+
+
+def tcp_established(port: int, sock: socket.socket) -> int:
+    """How many TCP connections of the socket's namespace, IPv4 and IPv6, are established with ``port`` at
+    either end (one inet_diag dump per family; the kernel's own count, no process started)."""
+    n = 0
+    for family in (socket.AF_INET, socket.AF_INET6):
+        # inet_diag_req_v2: family, protocol, ext, pad, states; then an all-zero socket id (no filter)
+        body = struct.pack("=BBBxI", family, socket.IPPROTO_TCP, 0, 1 << TCP_ESTABLISHED) + b"\0" * 48
+        for t, p in _exchange(SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, body, sock):
+            if t == SOCK_DIAG_BY_FAMILY and len(p) >= 8:
+                sport, dport = struct.unpack_from("!HH", p, 4)  # inet_diag_msg: 4 bytes, then id.sport/dport
+                n += port in (sport, dport)
+    return n
 
 
 def usable_routes(table: int = 254, sock: socket.socket | None = None) -> set[str]:
