@@ -208,7 +208,29 @@ def series_name(r: dict) -> str:
     return r.get("label") or r.get("timers") or timers(r["spec"])
 
 
-def run_rung(nodes: int, overrides: dict, timeout: float, idle: float) -> dict:
+REVERIFY_S = 20.0
+
+
+def reverify_loop(rt, cfgs, seconds: float) -> list[dict]:
+    """verify (every stage, not stopping at the first failure) every REVERIFY_S while the lab idles: does a
+    lab that came up verified stay so, and which checks fail when it does not (with the load average)."""
+    from hpnlab import verify
+
+    out = []
+    end = time.monotonic() + seconds
+    while time.monotonic() + REVERIFY_S <= end:
+        time.sleep(REVERIFY_S)
+        t0 = time.monotonic()
+        checks = verify.verify(rt, cfgs, stop_at_failure=False)
+        bad = [c for c in checks if not c["ok"]]
+        out.append({"at_s": round(seconds - (end - t0), 1), "verify_s": round(time.monotonic() - t0, 2),
+                    "load1": float(open("/proc/loadavg").read().split()[0]), "failing": len(bad),
+                    "first": [f"{c['name']}: {c['detail'][:160]}" for c in bad[:4]]})
+        print(f"  reverify: {out[-1]}", flush=True)
+    return out
+
+
+def run_rung(nodes: int, overrides: dict, timeout: float, idle: float, reverify: bool = False) -> dict:
     from hpnlab import orchestrate, verify
     from hpnlab.orchestrate import bring_up, tear_down
     from hpnlab.topology import build, summary
@@ -259,8 +281,12 @@ def run_rung(nodes: int, overrides: dict, timeout: float, idle: float) -> dict:
         record["memory"] = memory(rt, cfgs, base_used)
         before = bgp_counters(rt, routers)
         if idle and record["verified"]:
-            print(f"  idle for {idle:g} s, then counting BGP session drops", flush=True)
-            time.sleep(idle)
+            print(f"  idle for {idle:g} s, then counting BGP session drops"
+                  + (f"; verify every {REVERIFY_S:g} s meanwhile" if reverify else ""), flush=True)
+            if reverify:
+                record["reverify"] = reverify_loop(rt, cfgs, idle)
+            else:
+                time.sleep(idle)
             after = bgp_counters(rt, routers)
             record["idle"] = {"seconds": idle, "sessions_dropped": after["dropped"] - before["dropped"],
                               "updates_received": after["updates_received"] - before["updates_received"],
@@ -343,6 +369,8 @@ def main() -> int:
                                                 "(default: its timers, e.g. 'LACP slow, BFD off, BGP 3/9')")
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for a rung to verify (default 600)")
     ap.add_argument("--idle", type=float, default=0, help="seconds to watch a verified lab for BGP drops")
+    ap.add_argument("--reverify", action="store_true", help=f"while idle, verify every {REVERIFY_S:g} s and record "
+                                                            "what fails")
     ap.add_argument("--out", default=str(OUT), help="directory for scale.json and plot.png")
     ap.add_argument("--plot-only", action="store_true")
     ap.add_argument("--table", action="store_true", help="print the recorded runs as a Markdown table and exit")
@@ -371,7 +399,7 @@ def main() -> int:
                 return 2
         for n in rungs:
             print(f"rung {n} nodes {a.label}", flush=True)
-            rec = run_rung(n, overrides, a.timeout, a.idle)
+            rec = run_rung(n, overrides, a.timeout, a.idle, a.reverify)
             rec["label"] = a.label
             records.append(rec)
             db.write_text(json.dumps(records, indent=1) + "\n")

@@ -68,7 +68,7 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
         probes[name] = {**measure.totals(v), "src": tx["src"], "dst": tx["dst"], "flows": tx["flows"],
                         "requested_pps": tx["requested_pps"], "achieved_pps": tx["achieved_pps"],
                         "rate_error_pct": round(100 * (tx["achieved_pps"] - tx["requested_pps"]) / tx["requested_pps"], 2),
-                        "max_lag_ms": tx["max_lag_ms"],
+                        "max_lag_ms": tx["max_lag_ms"], "unsent": tx.get("unsent", 0),
                         "series": measure.series(receivers[name], tx["src"], t0)}
     return {"t0": t0, "faults": faults, "probes": probes,
             "emulator": lateness.run_summary(without_frozen(meter or {}, tl), t0, end_run),
@@ -131,6 +131,7 @@ def aggregate(runs: list[dict]) -> list[dict]:
 def probe_rates(runs: list[dict]) -> dict:
     errs = [abs(p["rate_error_pct"]) for r in runs for p in r["probes"].values()]
     return {"max_rate_error_pct": max(errs, default=None),
+            "unsent": sum(p.get("unsent", 0) for r in runs for p in r["probes"].values()),
             "requested_pps": sorted({p["requested_pps"] for r in runs for p in r["probes"].values()})}
 
 
@@ -182,7 +183,9 @@ def summary_table(results: dict) -> str:
     lines += [f"FAILED {e}" for e in errors]
     pr = results.get("probe_rate", {})
     if pr.get("max_rate_error_pct") is not None:
-        lines.append(f"probe senders: worst deviation from the requested rate {pr['max_rate_error_pct']:g} %")
+        lines.append(f"probe senders: worst deviation from the requested rate {pr['max_rate_error_pct']:g} %"
+                     + (f"; {pr['unsent']} packets never sent (a sender more than 1 s behind its schedule at its "
+                        f"window's end stops: the receivers had stopped listening)" if pr.get("unsent") else ""))
     lines += emulator_lines(results)
     lines += split_lines(results)
     return "\n".join(lines)
