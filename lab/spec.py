@@ -116,11 +116,12 @@ class BGP(_Strict):
 
     keepalive: int = Field(1, ge=1, le=60, description="seconds between keepalives")
     hold: int = Field(3, ge=3, le=180, description="seconds without a message before a session drops")
-    update_delay: int = Field(0, ge=0, le=3600, description=(
-        "seconds a starting bgpd waits for every peer's End-of-RIB before its first best-path run and "
-        "updates (FRR update-delay; 0: off). A ToR with 60 uplinks then installs each route once with all "
-        "its paths instead of growing its ECMP one session at a time; it also applies when bgpd restarts "
-        "(a ToR powered back on), so it is off unless a spec asks"))
+    update_delay: int = Field(10, ge=0, le=3600, description=(
+        "seconds a starting bgpd waits at most for every peer's End-of-RIB before its first best-path run and "
+        "updates (FRR update-delay; 0: off). Each router then installs each route once with all its paths "
+        "instead of growing its ECMP one session at a time: on 140 nodes up -> verified 19 s -> 13 s, zebra "
+        "and bgpd 15 -> 6 CPU-s. Only at bgpd's start (no fault restarts bgpd, so failover figures are the "
+        "same); a router one of whose peers never comes up advertises nothing for this long"))
 
     @model_validator(mode="after")
     def _hold(self) -> "BGP":

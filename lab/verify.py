@@ -189,14 +189,26 @@ def bgp_connections(rt: Runtime, node: str) -> int | None:
         return None
 
 
-def check_bgp(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
+def check_bgp(rt: Runtime, cfgs: dict[str, NodeConfig], memo: dict[str, dict] | None = None) -> list[dict]:
+    """Every router's sessions Established, as bgpd says. ``memo`` (a poll loop's): a router whose sessions
+    were all Established in an earlier poll and still have their TCP connections is not asked again."""
     routers = [n for n, c in cfgs.items() if c.role != "host"]
 
     def one(n: str) -> dict:
         want = len(cfgs[n].fabric_ifaces)
         tcp = bgp_connections(rt, n)
         if tcp is not None and tcp < want:  # not all up yet: said without a vtysh (20 ms of CPU per router)
+            if memo is not None:
+                memo.pop(n, None)
             return _check(f"bgp {n}", False, f"{tcp}/{want} sessions connected (TCP; BGP state not asked yet)")
+        if memo is not None and tcp is not None and n in memo:
+            return memo[n]
+        res = ask(n, want)
+        if memo is not None and res["ok"]:
+            memo[n] = res
+        return res
+
+    def ask(n: str, want: int) -> dict:
         data = rt.vtysh_json(n, "show bgp summary json", timeout=VTYSH_TIMEOUT)
         if not isinstance(data, dict):
             return _check(f"bgp {n}", False, f"bgpd not answering (within {VTYSH_TIMEOUT:g} s)")
@@ -331,14 +343,23 @@ STAGES = [("config", check_config), ("agents", check_agents), ("lacp", check_lac
           ("reachability", check_reachability)]
 
 
-def verify(rt: Runtime, cfgs: dict[str, NodeConfig], stop_at_failure: bool = True) -> list[dict]:
-    checks: list[dict] = []
-    for _stage, fn in STAGES:
-        res = fn(rt, cfgs)
-        checks += res
+def run_stages(rt: Runtime, cfgs: dict[str, NodeConfig], names: list[str] | None = None,
+               stop_at_failure: bool = True, bgp_memo: dict | None = None) -> list[tuple[str, list[dict]]]:
+    """(stage, its checks) for the named stages (all by default), in STAGES' order; ``bgp_memo``: see
+    check_bgp (a poll loop's, never a final verdict's)."""
+    out = []
+    for stage, fn in STAGES:
+        if names is not None and stage not in names:
+            continue
+        res = fn(rt, cfgs, memo=bgp_memo) if fn is check_bgp and bgp_memo is not None else fn(rt, cfgs)
+        out.append((stage, res))
         if stop_at_failure and not all(c["ok"] for c in res):
             break
-    return checks
+    return out
+
+
+def verify(rt: Runtime, cfgs: dict[str, NodeConfig], stop_at_failure: bool = True) -> list[dict]:
+    return [c for _stage, res in run_stages(rt, cfgs, stop_at_failure=stop_at_failure) for c in res]
 
 
 def complete(checks: list[dict]) -> bool:
