@@ -40,17 +40,37 @@ def reach(pairs: list[tuple[str, str]], wait: float = 1.0) -> dict[str, bool]:
     return reach_groups([(bound_socket, pairs)], wait)
 
 
+MAX_SOCKETS = 256  # per batch of groups: file descriptors stay far below a process's usual limit of 1,024
+
+
 def reach_groups(groups: list[tuple[Callable[[str], socket.socket], list[tuple[str, str]]]],
                  wait: float = 1.0) -> dict[str, bool]:
     """Several senders at once: each group opens its sockets with its own opener (the controller's opens
     them inside one host's namespace each) and has its own ICMP identifier, so up to 65,535 pairs per
-    group and any number of groups share one wait. Source addresses are unique across groups."""
+    group and any number of groups, in batches of at most MAX_SOCKETS sockets that each share one wait.
+    Source addresses are unique across groups."""
+    result: dict[str, bool] = {}
+    batch: list[tuple[int, Callable, list[tuple[str, str]]]] = []
+    nsocks = 0
+    for g, (opener, pairs) in enumerate(groups):
+        srcs = len({s for s, _d in pairs})
+        if batch and nsocks + srcs > MAX_SOCKETS:
+            result.update(_reach_batch(batch, wait))
+            batch, nsocks = [], 0
+        batch.append((g, opener, pairs))
+        nsocks += srcs
+    if batch:
+        result.update(_reach_batch(batch, wait))
+    return result
+
+
+def _reach_batch(batch: list[tuple[int, Callable, list[tuple[str, str]]]], wait: float) -> dict[str, bool]:
     base = os.getpid() & 0xFFFF
     socks: dict[str, tuple[socket.socket, int]] = {}  # src -> (socket, ident)
     pending: dict[tuple[int, int], str] = {}  # (ident, seq) -> "src>dst"
     result: dict[str, bool] = {}
     try:
-        for g, (opener, pairs) in enumerate(groups):
+        for g, opener, pairs in batch:
             ident = (base + g) & 0xFFFF
             for seq, (src, dst) in enumerate(pairs, start=1):
                 result[f"{src}>{dst}"] = False
@@ -62,10 +82,12 @@ def reach_groups(groups: list[tuple[Callable[[str], socket.socket], list[tuple[s
                 except OSError:
                     pass  # no route: unreachable, as ping would say
         by_fd = {s.fileno(): (s, ident) for s, ident in socks.values()}
+        poller = select.poll()  # not select(): no limit on the descriptors' numbers
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
         deadline = time.monotonic() + wait
         while pending and (left := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select(list(by_fd), [], [], left)
-            for fd in ready:
+            for fd, _ev in poller.poll(left * 1000):
                 s, ident = by_fd[fd]
                 while True:
                     try:
