@@ -208,6 +208,24 @@ def series_name(r: dict) -> str:
     return r.get("label") or r.get("timers") or timers(r["spec"])
 
 
+def agents_late(rt, cfgs) -> dict:
+    """How late the agents' timers fired during the bring-up (each agent's worst since it started, from its
+    status file): the emulator's own lateness while the lab converged."""
+    import statistics
+
+    worst = {}
+    for n in cfgs:
+        st = rt.read_status(n)
+        if st and "timers_late" in st:
+            worst[n] = st["timers_late"].get("worst_ms", 0.0)
+    if not worst:
+        return {}
+    v = sorted(worst.values())
+    top = max(worst, key=worst.get)
+    return {"agents": len(v), "worst_ms": v[-1], "worst_node": top, "median_ms": statistics.median(v),
+            "over_1s": sum(x > 1000 for x in v)}
+
+
 REVERIFY_S = 20.0
 
 
@@ -279,6 +297,7 @@ def run_rung(nodes: int, overrides: dict, timeout: float, idle: float, reverify:
     if record.get("verified") is not None:
         routers = [n for n, c in cfgs.items() if c.role != "host"]
         record["memory"] = memory(rt, cfgs, base_used)
+        record["agents_late"] = agents_late(rt, cfgs)
         before = bgp_counters(rt, routers)
         if idle and record["verified"]:
             print(f"  idle for {idle:g} s, then counting BGP session drops"
