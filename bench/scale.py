@@ -213,17 +213,21 @@ def agents_late(rt, cfgs) -> dict:
     status file): the emulator's own lateness while the lab converged."""
     import statistics
 
-    worst = {}
+    worst, when = {}, []
     for n in cfgs:
         st = rt.read_status(n)
         if st and "timers_late" in st:
             worst[n] = st["timers_late"].get("worst_ms", 0.0)
+            when += [(t, ms) for t, ms in st["timers_late"].get("bins", []) if ms > 1000]
     if not worst:
         return {}
     v = sorted(worst.values())
     top = max(worst, key=worst.get)
+    started = rt.state.data.started or 0
+    # when (seconds after the deploy began) the agents' timers ran more than 1 s late: first and last bin
+    late_s = sorted(round(t - started, 1) for t, _ms in when)
     return {"agents": len(v), "worst_ms": v[-1], "worst_node": top, "median_ms": statistics.median(v),
-            "over_1s": sum(x > 1000 for x in v)}
+            "over_1s": sum(x > 1000 for x in v), "late_over_1s_from_s": late_s[:1], "late_over_1s_to_s": late_s[-1:]}
 
 
 REVERIFY_S = 20.0
