@@ -3,7 +3,8 @@
 Every runtime ends in "a network namespace per node plus a way to run a process in it"; agents, verify,
 faults and probes use only that, so they work on every runtime. A deploy is one plan, written once here:
 
-    preflight -> create nodes -> configure (sysctls, addresses, nftables) -> start FRR -> start agents
+    preflight -> create nodes -> configure (sysctls, addresses, nftables) -> zebra -> agents -> bgpd
+    (-> agents that talk to FRR)
 
 (a self-configuring runtime, whose node images run that plan themselves at start, waits instead)
 
