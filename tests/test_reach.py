@@ -28,3 +28,12 @@ def test_many_groups_are_probed_in_batches(monkeypatch):
     groups = [(reach.bound_socket, [(f"127.0.1.{i}", "127.0.0.1")]) for i in range(1, 11)]
     got = reach.reach_groups(groups, wait=0.5)
     assert len(got) == 10 and all(got.values()), got
+
+
+def test_a_source_that_cannot_be_bound_is_unreachable_not_an_error():
+    def refuse(src):
+        raise OSError(99, "Cannot assign requested address")
+
+    got = reach.reach_groups([(refuse, [("127.0.0.1", "127.0.0.2")]), (reach.bound_socket, [("127.0.0.3", "127.0.0.1")])],
+                             wait=0.3)
+    assert got == {"127.0.0.1>127.0.0.2": False, "127.0.0.3>127.0.0.1": True}

@@ -75,7 +75,10 @@ def _reach_batch(batch: list[tuple[int, Callable, list[tuple[str, str]]]], wait:
             for seq, (src, dst) in enumerate(pairs, start=1):
                 result[f"{src}>{dst}"] = False
                 if src not in socks:
-                    socks[src] = (opener(src), ident)
+                    try:
+                        socks[src] = (opener(src), ident)
+                    except OSError:  # the address is gone (or not there yet): nothing from it answers
+                        continue
                 try:
                     socks[src][0].sendto(echo(ident, seq), (dst, 0))
                     pending[(ident, seq)] = f"{src}>{dst}"
