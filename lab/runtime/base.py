@@ -176,13 +176,9 @@ class Runtime:
                 last = time.monotonic()
             time.sleep(self.boot_poll)
 
-    def start_agent(self, node: str, cfg: NodeConfig) -> None:
-        raise NotImplementedError
-
     def start_agents(self, nodes: list[str], cfgs: dict[str, NodeConfig]) -> None:
-        """Start these nodes' agents (a runtime may start them together, cheaper than one by one)."""
-        for n in nodes:
-            self.start_agent(n, cfgs[n])
+        """Start these nodes' agents (hpnlab.nodesetup.agent_module says which), recording their PIDs."""
+        raise NotImplementedError
 
     def destroy(self, progress: Report) -> None:
         raise NotImplementedError

@@ -146,7 +146,8 @@ class NetnsRuntime(Runtime):
 
     def start_agents(self, nodes: list[str], cfgs: dict[str, NodeConfig]) -> None:
         """Every agent forked from one pre-loaded launcher (hpnlab.node.launcher: no Python start per agent)
-        into its node's namespace, with the same command line and log as ``start_agent``'s."""
+        into its node's namespace (as ``ip netns exec NS python -m MODULE NODE_JSON --status FILE`` would run
+        it), its output appended to the node's agent log."""
         if not nodes:
             return
         self.status_dir.mkdir(parents=True, exist_ok=True)
@@ -182,18 +183,6 @@ class NetnsRuntime(Runtime):
             err = (launcher.stderr.read() or "").strip()
             if launcher.returncode and err:
                 raise RuntimeFailure(f"the agent launcher failed (exit {launcher.returncode}): {err.splitlines()[-1]}")
-
-    def start_agent(self, node: str, cfg: NodeConfig) -> None:
-        self.status_dir.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        module = nodesetup.agent_module(cfg.plain(), self.state.data.host_driver or "userspace")
-        argv = [sys.executable, "-m", module, str(self.config_dir / node / "node.json"),
-                "--status", str(self.status_path(node))]
-        with open(self.agent_log(node), "a") as log:
-            p = subprocess.Popen(self.exec_argv(node, argv), stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        self.state.data.agents[node] = p.pid
-        self.state.save()
 
     # --- teardown ----------------------------------------------------------------------------------
     def frr_daemons(self) -> list[tuple[int, str, str]]:
