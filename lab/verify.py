@@ -197,7 +197,7 @@ def check_bgp(rt: Runtime, cfgs: dict[str, NodeConfig], memo: dict[str, dict] | 
     def one(n: str) -> dict:
         want = len(cfgs[n].fabric_ifaces)
         tcp = bgp_connections(rt, n)
-        if tcp is not None and tcp < want:  # not all up yet: said without a vtysh (20 ms of CPU per router)
+        if tcp is not None and tcp < want:  # not all up yet: said without asking bgpd
             if memo is not None:
                 memo.pop(n, None)
             return _check(f"bgp {n}", False, f"{tcp}/{want} sessions connected (TCP; BGP state not asked yet)")
@@ -209,7 +209,7 @@ def check_bgp(rt: Runtime, cfgs: dict[str, NodeConfig], memo: dict[str, dict] | 
         return res
 
     def ask(n: str, want: int) -> dict:
-        data = rt.vtysh_json(n, "show bgp summary json", timeout=VTYSH_TIMEOUT)
+        data = rt.daemon_json(n, "bgpd", "show bgp summary json", timeout=VTYSH_TIMEOUT)
         if not isinstance(data, dict):
             return _check(f"bgp {n}", False, f"bgpd not answering (within {VTYSH_TIMEOUT:g} s)")
         peers = (data.get("ipv4Unicast") or {}).get("peers", {})

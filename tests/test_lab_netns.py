@@ -118,7 +118,15 @@ def test_status_and_exec(lab):
     st = json.loads(r.stdout)
     assert st["healthy"] and len(st["nodes"]) == 16
     r = hpnlab("exec", "s0r0a", "--", "vtysh", "-c", "show bgp summary json")
-    assert json.loads(r.stdout)["ipv4Unicast"]["peerCount"] == 2
+    via_vtysh = json.loads(r.stdout)["ipv4Unicast"]
+    assert via_vtysh["peerCount"] == 2
+    # verify asks bgpd over its vty socket (hpnlab.vty), not through a vtysh process: the same answer
+    from hpnlab.orchestrate import open_lab
+
+    rt, _cfgs = open_lab(lab)
+    direct = rt.daemon_json("s0r0a", "bgpd", "show bgp summary json")["ipv4Unicast"]
+    assert {p: v["state"] for p, v in direct["peers"].items()} == \
+        {p: v["state"] for p, v in via_vtysh["peers"].items()} == {"agg0-0": "Established", "agg0-1": "Established"}
     r = hpnlab("exec", "nosuch", "--", "true", check=False)
     assert r.returncode == 2 and "nosuch" in r.stderr
 

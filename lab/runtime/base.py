@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hpnlab import capacity, frr, kernel, neightable, nodesetup
+from hpnlab import capacity, frr, kernel, neightable, nodesetup, vty
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
@@ -321,6 +321,18 @@ class Runtime:
     def run(self, node: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
         kw.setdefault("what", f"{node}: {argv[0]}")
         return run(self.exec_argv(node, argv), **kw)
+
+    def vty_socket(self, node: str, daemon: str) -> Path | None:
+        """A daemon's vty socket as this machine can reach it; None where only a command in the node can."""
+        return None
+
+    def daemon_json(self, node: str, daemon: str, command: str, timeout: float = 20) -> dict | list | None:
+        """One ``show ... json`` command of one daemon, parsed, or None when it does not answer: over its vty
+        socket where this machine can reach it (no vtysh process: hpnlab.vty), else through vtysh."""
+        sock = self.vty_socket(node, daemon)
+        if sock is not None:
+            return vty.command_json(sock, command, timeout)
+        return self.vtysh_json(node, command, timeout)
 
     def vtysh_json(self, node: str, command: str, timeout: float = 20) -> dict | list | None:
         """Parsed JSON, or None when the router does not answer (also when it hangs past ``timeout``)."""

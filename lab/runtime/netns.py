@@ -76,6 +76,9 @@ class NetnsRuntime(Runtime):
     def vtysh_argv(self, node: str, commands: list[str], tty: bool = False) -> list[str]:
         return frr.vtysh_argv(self.frr_dir(node), commands)
 
+    def vty_socket(self, node: str, daemon: str) -> Path:
+        return self.frr_dir(node) / f"{daemon}.vty"
+
     # --- deploy ------------------------------------------------------------------------------------
     def create_nodes(self, topo: dict, cfgs: dict[str, NodeConfig], progress: Report) -> None:
         progress(f"creating {len(cfgs)} namespaces")
