@@ -21,6 +21,8 @@ from hpnlab.signals import shielded
 from hpnlab.runtime.base import Runtime, State, list_netns, load_nodes, running_labs, state_dir
 from hpnlab.spec import Spec, check_lab_name, load_spec
 
+POLL_MIN_S, POLL_MAX_S = 0.1, 0.5  # the health wait's pause between polls (wait_healthy says how it is chosen)
+
 
 def need_root(what: str) -> None:
     if os.geteuid() != 0:
@@ -103,32 +105,40 @@ def wait_healthy(rt: Runtime, cfgs: dict[str, NodeConfig], timeout: float, progr
     A stage that passed is not asked again while a later one is still converging, nor a router whose BGP
     sessions were up (asking bgpd on every router cost ~1 CPU-s a poll on 140 nodes); once every stage has
     passed, the ones skipped are checked again in full, and only a lab whose every stage passes then is
-    healthy."""
+    healthy. Polls come every 0.1 s while they are cheap (counting TCP connections through sockets kept
+    open in each router's namespace), further apart as a poll grows dearer: never more than a third of
+    the wait is spent polling, nor a pause longer than 0.5 s."""
     deadline = time.monotonic() + timeout
     names = [n for n, _fn in verify.STAGES]
     passed: dict[str, list[dict]] = {}
-    memo: dict[str, dict] = {}
+    memo = verify.PollMemo()
     last = None
-    while True:
-        ran = verify.run_stages(rt, cfgs, [n for n in names if n not in passed], bgp_memo=memo)
-        ok_now = {st: res for st, res in ran if all(c["ok"] for c in res)}
-        if len(passed) + len(ok_now) == len(names):
-            again = dict(verify.run_stages(rt, cfgs, list(passed), stop_at_failure=False)) if passed else {}
-            if all(c["ok"] for res in again.values() for c in res):
-                merged = {**passed, **again, **ok_now}
-                return [c for n in names for c in merged[n]]
-            passed, memo = {}, {}  # something regressed: poll every stage again
-            continue
-        checks = [c for res in passed.values() for c in res] + [c for _st, res in ran for c in res]
-        passed.update(ok_now)
-        failing = next(c for c in checks if not c["ok"])
-        line = f"waiting: {sum(c['ok'] for c in checks)} checks ok; {failing['name']}: {failing['detail']}"
-        if line != last:
-            progress(line)
-            last = line
-        if time.monotonic() > deadline:
-            return verify.verify(rt, cfgs, stop_at_failure=False)
-        time.sleep(0.5)
+    try:
+        while True:
+            began = time.monotonic()
+            ran = verify.run_stages(rt, cfgs, [n for n in names if n not in passed], bgp_memo=memo)
+            took = time.monotonic() - began
+            ok_now = {st: res for st, res in ran if all(c["ok"] for c in res)}
+            if len(passed) + len(ok_now) == len(names):
+                again = dict(verify.run_stages(rt, cfgs, list(passed), stop_at_failure=False)) if passed else {}
+                if all(c["ok"] for res in again.values() for c in res):
+                    merged = {**passed, **again, **ok_now}
+                    return [c for n in names for c in merged[n]]
+                passed = {}  # something regressed: poll every stage again
+                memo.bgp.clear()
+                continue
+            checks = [c for res in passed.values() for c in res] + [c for _st, res in ran for c in res]
+            passed.update(ok_now)
+            failing = next(c for c in checks if not c["ok"])
+            line = f"waiting: {sum(c['ok'] for c in checks)} checks ok; {failing['name']}: {failing['detail']}"
+            if line != last:
+                progress(line)
+                last = line
+            if time.monotonic() > deadline:
+                return verify.verify(rt, cfgs, stop_at_failure=False)
+            time.sleep(min(POLL_MAX_S, max(POLL_MIN_S, 2 * took)))
+    finally:
+        memo.close()
 
 
 def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress=None,

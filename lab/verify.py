@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 from concurrent.futures import ThreadPoolExecutor
 
 from hpnlab import fare
@@ -171,41 +172,63 @@ def check_bond(rt: Runtime, node: str, cfg: NodeConfig) -> dict:
     return _check(f"lacp {node}", not problems, "; ".join(problems) or " ".join(parts))
 
 
-def bgp_connections(rt: Runtime, node: str) -> int | None:
+class PollMemo:
+    """What a poll loop keeps between its polls, never used for a final verdict: the BGP check of each router
+    whose sessions were all Established, and one inet_diag socket per router, opened in its namespace once
+    (a poll then costs a dump per router, no namespace switch and no socket)."""
+
+    def __init__(self) -> None:
+        self.bgp: dict[str, dict] = {}
+        self.diag: dict[str, socket.socket] = {}
+
+    def close(self) -> None:
+        for s in self.diag.values():
+            s.close()
+        self.diag.clear()
+
+
+def bgp_connections(rt: Runtime, node: str, memo: PollMemo | None = None) -> int | None:
     """The router's established TCP connections on BGP's port, counted in its namespace by this process;
     None where the node cannot be entered from here. A session is Established only over such a connection,
     so while there are fewer than the router has sessions, BGP is not up and bgpd need not be asked."""
-    path = rt.netns_path(node)
-    if path is None:
-        return None
+    sock = memo.diag.get(node) if memo is not None else None
     try:
-        with nsenter.entered(path):
-            sock = rtnl.diag_socket()
+        if sock is None:
+            path = rt.netns_path(node)
+            if path is None:
+                return None
+            with nsenter.entered(path):
+                sock = rtnl.diag_socket()
+            if memo is not None:
+                memo.diag[node] = sock
         try:
             return rtnl.tcp_established(179, sock)
         finally:
-            sock.close()
+            if memo is None:
+                sock.close()
     except OSError:
+        if memo is not None and memo.diag.pop(node, None) is not None:
+            sock.close()
         return None
 
 
-def check_bgp(rt: Runtime, cfgs: dict[str, NodeConfig], memo: dict[str, dict] | None = None) -> list[dict]:
+def check_bgp(rt: Runtime, cfgs: dict[str, NodeConfig], memo: PollMemo | None = None) -> list[dict]:
     """Every router's sessions Established, as bgpd says. ``memo`` (a poll loop's): a router whose sessions
     were all Established in an earlier poll and still have their TCP connections is not asked again."""
     routers = [n for n, c in cfgs.items() if c.role != "host"]
 
     def one(n: str) -> dict:
         want = len(cfgs[n].fabric_ifaces)
-        tcp = bgp_connections(rt, n)
+        tcp = bgp_connections(rt, n, memo)
         if tcp is not None and tcp < want:  # not all up yet: said without asking bgpd
             if memo is not None:
-                memo.pop(n, None)
+                memo.bgp.pop(n, None)
             return _check(f"bgp {n}", False, f"{tcp}/{want} sessions connected (TCP; BGP state not asked yet)")
-        if memo is not None and tcp is not None and n in memo:
-            return memo[n]
+        if memo is not None and tcp is not None and n in memo.bgp:
+            return memo.bgp[n]
         res = ask(n, want)
         if memo is not None and res["ok"]:
-            memo[n] = res
+            memo.bgp[n] = res
         return res
 
     def ask(n: str, want: int) -> dict:
@@ -344,7 +367,7 @@ STAGES = [("config", check_config), ("agents", check_agents), ("lacp", check_lac
 
 
 def run_stages(rt: Runtime, cfgs: dict[str, NodeConfig], names: list[str] | None = None,
-               stop_at_failure: bool = True, bgp_memo: dict | None = None) -> list[tuple[str, list[dict]]]:
+               stop_at_failure: bool = True, bgp_memo: PollMemo | None = None) -> list[tuple[str, list[dict]]]:
     """(stage, its checks) for the named stages (all by default), in STAGES' order; ``bgp_memo``: see
     check_bgp (a poll loop's, never a final verdict's)."""
     out = []
