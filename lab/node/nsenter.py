@@ -72,3 +72,17 @@ def read_sysctls(path: str | Path, keys: list[str]) -> list[str]:
             except OSError:
                 out.append("?")
     return out
+
+
+def write_sysctls(path: str | Path, values: dict[str, int | str]) -> None:
+    """Set sysctls (dotted names) in the node, as ``sysctl -w`` run there would, without a process: the
+    net.* files of /proc/sys belong to the namespace of the thread that opens them. An OSError names the
+    key that failed (its ``filename``)."""
+    with entered(path):
+        for k, v in values.items():
+            f = Path("/proc/sys", *k.split("."))
+            try:
+                f.write_text(f"{v}\n")
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, k) from None
+

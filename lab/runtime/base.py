@@ -28,6 +28,7 @@ from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
 from hpnlab.progress import Report
+from hpnlab.node import nsenter
 from hpnlab.node.nsenter import NETNS_DIR
 from hpnlab.runtime.channel import Channel, NetnsChannel
 from hpnlab.spec import check_lab_name
@@ -265,8 +266,15 @@ class Runtime:
         """Sysctls, addresses/bonds, link capacity, nftables, applied from outside through the node's namespace (so a
         container needs no tools or capabilities for it): the node's own plan (hpnlab.node.plan) on its node.json."""
         cfg = cfg.plain()
-        ctl = [f"{k}={v}" for k, v in nodesetup.sysctls(cfg, self.state.data.skip_sysctls).items()]
-        self.run(node, ["sysctl", "-q", "-w", *ctl], what=f"{node}: sysctl")
+        values = nodesetup.sysctls(cfg, self.state.data.skip_sysctls)
+        path = self.netns_path(node)
+        if path is not None:  # from this thread inside the node: no process per node (hpnlab.node.nsenter)
+            try:
+                nsenter.write_sysctls(path, values)
+            except OSError as e:
+                raise RuntimeFailure(f"{node}: sysctl {e.filename}: {e.strerror}") from None
+        else:
+            self.run(node, ["sysctl", "-q", "-w", *[f"{k}={v}" for k, v in values.items()]], what=f"{node}: sysctl")
         run(["ip", "-n", self.netns(node), "-batch", "-"],
             input="\n".join(nodesetup.ip_batch(cfg, self.driver)) + "\n", what=f"{node}: addresses")
         shaping = capacity.tc_batch(cfg)
