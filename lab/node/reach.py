@@ -64,33 +64,56 @@ def reach_groups(groups: list[tuple[Callable[[str], socket.socket], list[tuple[s
     return result
 
 
+RESEND_S = 0.2  # a pair that has not answered gets another echo this often, until the wait ends
+
+
 def _reach_batch(batch: list[tuple[int, Callable, list[tuple[str, str]]]], wait: float) -> dict[str, bool]:
+    """One echo per pair, then another every RESEND_S to the pairs that have not answered yet, until every
+    pair has answered or ``wait`` has passed since the first round went out (as ping keeps sending: a path
+    that comes up during the wait counts, and the wait is not spent waiting for an echo that was dropped)."""
     base = os.getpid() & 0xFFFF
     socks: dict[str, tuple[socket.socket, int]] = {}  # src -> (socket, ident)
-    pending: dict[tuple[int, int], str] = {}  # (ident, seq) -> "src>dst"
+    pending: dict[tuple[int, int], str] = {}  # (ident, seq) -> "src>dst", every echo sent
+    unanswered: dict[str, tuple[socket.socket, int, str]] = {}  # "src>dst" -> (socket, ident, dst)
+    next_seq: dict[int, int] = {}  # ident -> the next sequence number free for it
     result: dict[str, bool] = {}
+
+    def send(key: str, s: socket.socket, ident: int, dst: str) -> None:
+        seq = next_seq.get(ident, 1)
+        if seq > 0xFFFF:  # this group's sequence numbers are used up: no more echoes for it
+            return
+        next_seq[ident] = seq + 1
+        try:
+            s.sendto(echo(ident, seq), (dst, 0))
+            pending[(ident, seq)] = key
+        except OSError:
+            pass  # no route (yet): unreachable unless a later echo gets through
+
     try:
         for g, opener, pairs in batch:
             ident = (base + g) & 0xFFFF
-            for seq, (src, dst) in enumerate(pairs, start=1):
-                result[f"{src}>{dst}"] = False
+            for src, dst in pairs:
+                key = f"{src}>{dst}"
+                result[key] = False
                 if src not in socks:
                     try:
                         socks[src] = (opener(src), ident)
                     except OSError:  # the address is gone (or not there yet): nothing from it answers
                         continue
-                try:
-                    socks[src][0].sendto(echo(ident, seq), (dst, 0))
-                    pending[(ident, seq)] = f"{src}>{dst}"
-                except OSError:
-                    pass  # no route: unreachable, as ping would say
+                unanswered[key] = (socks[src][0], ident, dst)
+                send(key, *unanswered[key])
         by_fd = {s.fileno(): (s, ident) for s, ident in socks.values()}
         poller = select.poll()  # not select(): no limit on the descriptors' numbers
         for fd in by_fd:
             poller.register(fd, select.POLLIN)
-        deadline = time.monotonic() + wait
-        while pending and (left := deadline - time.monotonic()) > 0:
-            for fd, _ev in poller.poll(left * 1000):
+        now = time.monotonic()
+        deadline, resend = now + wait, now + RESEND_S
+        while unanswered and (now := time.monotonic()) < deadline:
+            if now >= resend:
+                for key, (s, ident, dst) in list(unanswered.items()):
+                    send(key, s, ident, dst)
+                resend = now + RESEND_S
+            for fd, _ev in poller.poll(max(0.0, min(deadline, resend) - now) * 1000):
                 s, ident = by_fd[fd]
                 while True:
                     try:
@@ -104,7 +127,7 @@ def _reach_batch(batch: list[tuple[int, Callable, list[tuple[str, str]]]], wait:
                     key = pending.get((pid, seq))
                     if typ == 0 and pid == ident and key and key.split(">")[1] == addr:
                         result[key] = True
-                        del pending[(pid, seq)]
+                        unanswered.pop(key, None)
     finally:
         for s, _ident in socks.values():
             s.close()
