@@ -80,9 +80,22 @@ def test_a_degraded_link_moves_the_weights_both_ways_and_the_revert_moves_them_b
         lab.wait_for(lambda: abs(shares(lab, "s1r0a", NEAR)["kernel_share"].get("agg0-1", 0) - 1 / 3) < 0.03,
                      timeout=15, what="s1r0a's weights follow the degraded downlink")
         print(f"weights followed the degradation {t - rec['applied_done']:.2f} s after it was applied")
+        # every ToR, both rails: the degraded fabric's weights as FARE prescribes. Polled, not read once: the
+        # aggs' soft refresh re-sends the other ToRs' routes too, and in an emulated CPU (the VM's QEMU TCG)
+        # s0r1a was seen holding one path of two for a moment after s0r0a and s1r0a had settled.
         tors = [n for n in lab.nodes if lab.role(n) == "tor"]
-        bad = {t: p for t in tors for p in [fare.problems(lab.weights(t))] if p}
-        assert bad == {}, bad  # every ToR, both rails: the degraded fabric's weights as FARE prescribes
+        bad: dict = {}
+
+        def all_as_fare() -> bool:
+            bad.clear()
+            bad.update({t: p for t in tors for p in [fare.problems(lab.weights(t))] if p})
+            return not bad
+
+        try:
+            lab.wait_for(all_as_fare, timeout=20, interval=0.5, what="every ToR's weights as FARE prescribes")
+        except AssertionError:
+            pass
+        assert bad == {}, bad
         st = lab.runtime.read_status("agg0-1")
         assert st["advertised_mbit"]["s1r0a>s0r0a"] == 10 and st["advertised_mbit"]["s0r0a>s1r0a"] == 10
         # the path map: the ToR's hash follows its weights (256 source ports, ~128 through s0r0a)
