@@ -103,9 +103,9 @@ def wait_healthy(rt: Runtime, cfgs: dict[str, NodeConfig], timeout: float, progr
     """Poll verify until every check passes or the deadline; report progress when it changes.
 
     A stage that passed is not asked again while a later one is still converging, nor a router whose BGP
-    sessions were up (asking bgpd on every router cost ~1 CPU-s a poll on 140 nodes); once every stage has
-    passed, the ones skipped are checked again in full, and only a lab whose every stage passes then is
-    healthy. Polls come every 0.1 s while they are cheap (counting TCP connections through sockets kept
+    sessions were up and still have their connections (through vtysh that was ~1 CPU-s a poll on 140
+    nodes); once every stage has passed, the ones skipped are checked again in full, and only a lab whose
+    every stage passes then is healthy. Polls come every 0.1 s while they are cheap (counting TCP connections through sockets kept
     open in each router's namespace), further apart as a poll grows dearer: never more than a third of
     the wait is spent polling, nor a pause longer than 0.5 s."""
     deadline = time.monotonic() + timeout

@@ -25,28 +25,26 @@ class VtyError(OSError):
 def command(sock_path: Path, line: str, timeout: float = 5.0) -> tuple[int, str]:
     """(return code, output) of one command; VtyError if the daemon does not answer within ``timeout``."""
     deadline = time.monotonic() + timeout
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        try:
+    chunks: list[bytes] = []
+    tail = b""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
             s.connect(str(sock_path))
             s.sendall(line.encode() + b"\0")
-            chunks: list[bytes] = []
-            tail = b""
-            while True:
+            while len(tail) < TRAILER or tail[:3] != b"\0\0\0":
                 s.settimeout(max(0.01, deadline - time.monotonic()))
                 data = s.recv(1 << 16)
                 if not data:
                     raise VtyError(f"{sock_path}: closed before the end of the answer")
                 chunks.append(data)
                 tail = (tail + data)[-TRAILER:]
-                if len(tail) == TRAILER and tail[:3] == b"\0\0\0":
-                    break
-        except socket.timeout:
-            raise VtyError(f"{sock_path}: no answer within {timeout:g} s") from None
-        except OSError as e:
-            if isinstance(e, VtyError):
-                raise
-            raise VtyError(f"{sock_path}: {e.strerror or e}") from None
+    except socket.timeout:
+        raise VtyError(f"{sock_path}: no answer within {timeout:g} s") from None
+    except VtyError:
+        raise
+    except OSError as e:
+        raise VtyError(f"{sock_path}: {e.strerror or e}") from None
     out = b"".join(chunks)
     return out[-1], out[:-TRAILER].decode(errors="replace")
 
