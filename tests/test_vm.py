@@ -46,7 +46,10 @@ def test_debian_12_stock_kernels_run_the_lab_the_kernel_tests_and_the_failover(t
         steps = {s["step"]: s for s in res["steps"]}
         failed = {n: s["rc"] for n, s in steps.items() if s["rc"] != 0}
         logs = {n: (out / res["kernel"] / "out" / f"{n}.log").read_text()[-1500:] for n in failed}
-        assert res["outcome"] == "done" and not failed, (res["kernel"], res["outcome"], failed, logs)
+        # a failed test step names its failing tests, with pytest's own report of each (from the junit XML)
+        tests_failed = {n: [f"{f['test']}: {f['message']}\n{f['detail']}" for f in (s.get("tests") or {}).get("failed", [])]
+                        for n, s in steps.items() if n in failed}
+        assert res["outcome"] == "done" and not failed, (res["kernel"], res["outcome"], failed, tests_failed, logs)
         tests = steps["kernel-tests"].get("tests") or {}
         # the bonded-host lab and netem ran (they skip on this project's own kernel, never in the VM)
         assert tests.get("passed", 0) >= 5 and tests.get("skipped", 1) == 0, tests

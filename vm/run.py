@@ -227,8 +227,12 @@ def junit_counts(path: Path) -> dict | None:
     except ET.ParseError:
         return None
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    c = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    c: dict = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
     c["passed"] = c["tests"] - c["failures"] - c["errors"] - c["skipped"]
+    # which tests failed and how: the step's log keeps only its tail, where -rP's passed output comes last
+    c["failed"] = [{"test": f"{case.get('classname', '')}::{case.get('name', '')}",
+                    "message": (bad.get("message") or "")[:500], "detail": (bad.text or "")[-3000:]}
+                   for case in root.iter("testcase") for bad in case if bad.tag in ("failure", "error")]
     return c
 
 
@@ -266,8 +270,10 @@ def line(res: dict) -> str:
         extra = f" ({t['passed']} passed, {t['failures'] + t['errors']} failed, {t['skipped']} skipped)" if t else ""
         parts.append(f"{s['step']} {'ok' if s['rc'] == 0 else 'FAILED exit ' + str(s['rc'])} {s['seconds']:.0f}s{extra}")
     tail = "" if res["outcome"] == "done" else f"; VM {res['outcome']}"
+    failed = [f"\n  {f['test']}: {f['message'].splitlines()[0] if f['message'] else 'failed'}"
+              for s in res["steps"] for f in (s.get("tests") or {}).get("failed", [])]
     return f"{res['kernel']} [{res['accel']}] {'OK' if res['ok'] else 'FAILED'} in {res['seconds']:.0f}s: " \
-           f"{'; '.join(parts) or 'no step ran'}{tail}"
+           f"{'; '.join(parts) or 'no step ran'}{tail}{''.join(failed)}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,40 @@
+"""vm/run.py's reading of a step's junit XML, root-free: the counts and, for each failed test, its name and
+pytest's report (a failed VM step's log keeps only its tail, where -rP's passed output comes last)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def _run_module():
+    spec = importlib.util.spec_from_file_location("vm_run", ROOT / "vm" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_junit_counts_names_each_failed_test_with_its_report(tmp_path):
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n"
+        "def test_ok():\n    print('passed output')\n"
+        "def test_bad():\n    assert 1 + 1 == 3, 'arithmetic moved'\n"
+        "def test_skip():\n    pytest.skip('not here')\n")
+    xml = tmp_path / "r.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rP", f"--junitxml={xml}",
+                    str(tmp_path / "test_x.py")], capture_output=True, cwd=tmp_path, timeout=120)
+    c = _run_module().junit_counts(xml)
+    assert (c["tests"], c["passed"], c["failures"], c["skipped"]) == (3, 1, 1, 1), c
+    [f] = c["failed"]
+    assert f["test"].endswith("::test_bad") and "arithmetic moved" in f["message"], f
+    assert "assert 1 + 1 == 3" in f["detail"], f
+
+
+def test_junit_counts_of_a_missing_or_broken_file_is_none(tmp_path):
+    mod = _run_module()
+    assert mod.junit_counts(tmp_path / "absent.xml") is None
+    (tmp_path / "cut.xml").write_text("<testsuites><testsuite")
+    assert mod.junit_counts(tmp_path / "cut.xml") is None
