@@ -333,31 +333,41 @@ def plot(records: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
     latest = {(series_name(r), r["nodes"]): r for r in records}  # the last run of each rung and timers
     records = list(latest.values())
-    labels = sorted({series_name(r) for r in records})
-    for lab in labels:
+    labels = sorted({series_name(r) for r in records}, key=lambda lab: min(r["time"] for r in records
+                                                                           if series_name(r) == lab))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5 + 0.22 * len(labels)))
+    top_s = top_gib = 0.0
+    for i, lab in enumerate(labels):  # one colour per configuration, in the order they were first run
+        color = f"C{i % 10}"
         rs = sorted([r for r in records if series_name(r) == lab], key=lambda r: r["nodes"])
         xs = [r["nodes"] for r in rs]
         upto = [sum(p["wall_s"] for k, p in r["phases"].items() if k not in ("idle", "down")) for r in rs]
-        a1.plot(xs, upto, "o-", label=f"up -> verified {lab}".strip())
+        a1.plot(xs, upto, "o-", color=color, label=lab)
         for x, r, y in zip(xs, rs, upto):
             if not r.get("verified"):
                 a1.annotate("not verified", (x, y), fontsize=8, color="red")
-        a1.plot(xs, [r["phases"].get("down", {}).get("wall_s", 0) for r in rs], "s--", label=f"down {lab}".strip())
-        a2.plot(xs, [r["peak_used_mib"] / 1024 for r in rs], "o-", label=f"peak used {lab}".strip())
-        a2.plot(xs, [r.get("memory", {}).get("frr_total_mib", 0) / 1024 for r in rs], "^--", label=f"FRR PSS {lab}".strip())
-        a2.plot(xs, [r.get("memory", {}).get("agents_total_mib", 0) / 1024 for r in rs], "v--",
-                label=f"agents PSS {lab}".strip())
-    a1.axhline(300, color="grey", lw=0.8, ls=":")
-    a1.set(xlabel="nodes", ylabel="seconds", title="time (target: full segment <= 300 s)")
-    a2.axhline(12, color="grey", lw=0.8, ls=":")
-    a2.set(xlabel="nodes", ylabel="GiB", title="memory (target <= 12 GiB)")
+        a1.plot(xs, [r["phases"].get("down", {}).get("wall_s", 0) for r in rs], "s:", color=color, alpha=0.7)
+        peak = [r["peak_used_mib"] / 1024 for r in rs]
+        a2.plot(xs, peak, "o-", color=color, label=lab)
+        a2.plot(xs, [r.get("memory", {}).get("frr_total_mib", 0) / 1024 for r in rs], "^--", color=color, alpha=0.7)
+        a2.plot(xs, [r.get("memory", {}).get("agents_total_mib", 0) / 1024 for r in rs], "v:", color=color, alpha=0.7)
+        top_s, top_gib = max([top_s, *upto]), max([top_gib, *peak])
+    # the targets as lines where they fit the data's scale, else named in the title
+    a1.set(xlabel="nodes", ylabel="seconds", ylim=(0, max(top_s * 1.15, 1)),
+           title="up -> verified (o, solid) and down (s, dotted); target: segment <= 300 s")
+    if top_s * 1.15 >= 300:
+        a1.axhline(300, color="grey", lw=0.8, ls=":")
+    a2.set(xlabel="nodes", ylabel="GiB", ylim=(0, max(top_gib * 1.15, 0.5)),
+           title="peak used (o), FRR PSS (^), agents PSS (v); target <= 12 GiB")
+    if top_gib * 1.15 >= 12:
+        a2.axhline(12, color="grey", lw=0.8, ls=":")
     for a in (a1, a2):
-        a.legend(fontsize=7)
         a.grid(alpha=0.3)
-    fig.tight_layout()
+    handles, names = a1.get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.045 * len(labels) / 2 + 0.04, 1, 1))
     fig.savefig(path, dpi=110)
 
 
