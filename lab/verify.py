@@ -11,7 +11,7 @@ import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from hpnlab import fare
+from hpnlab import fare, vty
 from hpnlab.errors import RuntimeFailure
 from hpnlab.models import NodeConfig
 from hpnlab.node import nsenter, reach, rtnl
@@ -234,6 +234,9 @@ def check_bgp(rt: Runtime, cfgs: dict[str, NodeConfig], memo: PollMemo | None = 
     def ask(n: str, want: int) -> dict:
         data = rt.daemon_json(n, "bgpd", "show bgp summary json", timeout=VTYSH_TIMEOUT)
         if not isinstance(data, dict):
+            sock = rt.vty_socket(n, "bgpd")
+            if sock is not None and not vty.listening(sock):
+                return _check(f"bgp {n}", False, f"bgpd not running (nothing listens on {sock})")
             return _check(f"bgp {n}", False, f"bgpd not answering (within {VTYSH_TIMEOUT:g} s)")
         peers = (data.get("ipv4Unicast") or {}).get("peers", {})
         up = sum(1 for p in peers.values() if p.get("state") == "Established")

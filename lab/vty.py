@@ -61,3 +61,17 @@ def command_json(sock_path: Path, line: str, timeout: float = 5.0) -> dict | lis
         return json.loads(out or "null")
     except ValueError:
         return None
+
+
+def listening(sock_path: Path) -> bool:
+    """Whether a daemon listens on its vty socket (False: no socket file, or one a dead daemon left, where a
+    connection is refused); tells "not running" from "running but not answering"."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1.0)
+            s.connect(str(sock_path))
+        return True
+    except (FileNotFoundError, ConnectionRefusedError):
+        return False
+    except OSError:  # e.g. a full backlog: something listens
+        return True

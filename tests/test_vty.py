@@ -73,3 +73,17 @@ def test_no_answer_is_a_vty_error_or_none(tmp_path, case):
         vty.command(path, "show bgp summary json", timeout=0.3)
     assert time.monotonic() - t0 < 0.9
     assert vty.command_json(tmp_path / "nothing.vty", "show bgp summary json", timeout=0.3) is None
+
+
+def test_listening_tells_a_dead_daemon_from_a_silent_one(tmp_path):
+    assert not vty.listening(tmp_path / "absent.vty")
+    stale = tmp_path / "stale.vty"  # the socket file a killed daemon leaves: connections are refused
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(stale))
+    s.close()
+    assert stale.exists() and not vty.listening(stale)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hung:  # listens, never answers
+        hung.bind(str(tmp_path / "hung.vty"))
+        hung.listen(1)
+        assert vty.listening(tmp_path / "hung.vty")
+        assert vty.command_json(tmp_path / "hung.vty", "show bgp summary json", timeout=0.2) is None
