@@ -15,6 +15,7 @@ import pytest
 from hpnlab import fare
 from hpnlab.traffic import nodetools
 from hpnlab.verify import check_config
+from tests.lib.labs import settle
 
 FARE = {"links": {"uplink": {"rate_mbit": 20}}, "multipath": {"mode": "fare"}}
 pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name="fare", overrides=FARE)]
@@ -41,17 +42,7 @@ def test_every_tor_uses_the_weights_fare_prescribes(hpnlab_lab):
     lab = hpnlab_lab
     # Polled, not read once: under the VM's emulated CPU (QEMU TCG) a BFD session of a lab that was just
     # verified can still flap once, and a ToR then holds one path for a moment. Every transient is printed.
-    seen = []
-
-    def config_ok():
-        bad = config_problems(lab)
-        if bad:
-            seen.append(bad)
-        return not bad
-
-    lab.wait_for(config_ok, timeout=60, interval=1, what="every ToR's kernel weights as FARE prescribes")
-    if seen:
-        print(f"transient before the weights held ({len(seen)} reads): {seen[0]}")
+    settle(lambda: config_problems(lab), 60, "every ToR's kernel weights as FARE prescribes", interval=1)
     w = shares(lab, "s0r0a", FAR)
     assert w["fare_share"] == {"agg0-0": 0.5, "agg0-1": 0.5}
     assert len(w["kernel"]) == 2 and len(set(w["kernel"].values())) == 1, w  # a weighted multipath, equal
@@ -84,18 +75,8 @@ def test_a_degraded_link_moves_the_weights_both_ways_and_the_revert_moves_them_b
         # aggs' soft refresh re-sends the other ToRs' routes too, and in an emulated CPU (the VM's QEMU TCG)
         # s0r1a was seen holding one path of two for a moment after s0r0a and s1r0a had settled.
         tors = [n for n in lab.nodes if lab.role(n) == "tor"]
-        bad: dict = {}
-
-        def all_as_fare() -> bool:
-            bad.clear()
-            bad.update({t: p for t in tors for p in [fare.problems(lab.weights(t))] if p})
-            return not bad
-
-        try:
-            lab.wait_for(all_as_fare, timeout=20, interval=0.5, what="every ToR's weights as FARE prescribes")
-        except AssertionError:
-            pass
-        assert bad == {}, bad
+        settle(lambda: {t: p for t in tors for p in [fare.problems(lab.weights(t))] if p}, 20,
+               "every ToR's weights as FARE prescribes")
         st = lab.runtime.read_status("agg0-1")
         assert st["advertised_mbit"]["s1r0a>s0r0a"] == 10 and st["advertised_mbit"]["s0r0a>s1r0a"] == 10
         # the path map: the ToR's hash follows its weights (256 source ports, ~128 through s0r0a)

@@ -10,7 +10,7 @@ import pytest
 
 from hpnlab import kernel
 from hpnlab.nodesetup import parse_bonding
-from tests.lib.labs import owned_lab
+from tests.lib.labs import owned_lab, settle
 
 LAB = "kb"
 VMAC = "00:00:5e:00:01:01"
@@ -60,37 +60,15 @@ def test_both_tors_of_a_set_learn_every_host_and_every_agg_has_every_host_route(
     under the VM's emulated CPU (QEMU TCG) the agents' once-a-second announcements run seconds late. What a
     ToR lacked and which checks failed before all held is printed (-rP shows it), so a transient stays
     visible; a ToR that never learns a host, or a check that never passes, fails the test."""
-    lacking: list[dict] = []
-
-    def every_tor_knows_its_hosts() -> bool:
+    def tors_lacking() -> dict:
         miss = {f"s{seg}r{rail}{side}": sorted(want - tor_neighbours(lab, f"s{seg}r{rail}{side}"))
                 for seg in range(2) for rail in range(2)
                 for want in [{lab.host_ip(f"s{seg}h{i}", rail) for i in range(2)}] for side in "ab"}
-        miss = {t: m for t, m in miss.items() if m}
-        if miss:
-            lacking.append(miss)
-        return not miss
+        return {t: m for t, m in miss.items() if m}
 
-    try:
-        lab.wait_for(every_tor_knows_its_hosts, timeout=30, interval=0.5, what="both ToRs of every set know its hosts")
-    except AssertionError:
-        raise AssertionError(f"ToRs still lacking hosts after 30 s: {lacking[-1]}") from None
-    if lacking:
-        print(f"ToRs lacking hosts in {len(lacking)} reads before all knew them; first: {lacking[0]}")
-    failing: list[dict] = []
-
-    def verified() -> bool:
-        bad = {c["name"]: c["detail"] for c in lab.verify() if not c["ok"]}
-        if bad:
-            failing.append(bad)
-        return not bad
-
-    try:
-        lab.wait_for(verified, timeout=60, interval=1, what="every verify check")
-    except AssertionError:
-        raise AssertionError(f"verify still failing after 60 s: {failing[-1]}") from None
-    if failing:
-        print(f"verify failed {len(failing)} times before every check passed; first: {failing[0]}")
+    settle(tors_lacking, 30, "both ToRs of every set know its hosts")
+    settle(lambda: {c["name"]: c["detail"] for c in lab.verify() if not c["ok"]}, 60, "every verify check passes",
+           interval=1)
 
 
 def test_a_dead_bond_member_withdraws_its_host_route_and_the_repair_restores_it(lab):

@@ -59,6 +59,23 @@ def poll(fn, timeout=5.0, interval=0.02):
         time.sleep(interval)
 
 
+def settle(problems, timeout: float, what: str, interval: float = 0.5) -> None:
+    """Poll ``problems()`` (a dict, empty once the state holds) until it is empty; print what was seen on the
+    way (-rP shows it), so a transient stays visible; fail with the last problems after ``timeout`` s."""
+    seen: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        bad = problems()
+        if not bad:
+            break
+        seen.append(bad)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: still not so after {timeout:g} s: {bad}")
+        time.sleep(interval)
+    if seen:
+        print(f"{what}: not so in {len(seen)} reads before it held; first: {seen[0]}")
+
+
 def owned_lab(plugin_lab):
     """A module's ``lab`` fixture body over the plugin's lab: skip where labs cannot run, and after the
     module's last test take the lab down and check that it left nothing behind."""
