@@ -15,7 +15,7 @@ from hpnlab.errors import RuntimeFailure
 
 BIN = Path("/usr/lib/frr")
 RUN = Path("/var/run/frr")  # one pathspace per router: RUN/<lab>-<node>
-TMP = Path("/var/tmp/frr")  # each daemon's crash-log directory, <daemon>.<pid>, left if it is killed
+TMP = Path("/var/tmp/frr")  # crash-log directories, <daemon>.<PID it started under>, left if it is killed
 # Start order; zebra first (the others connect to it). No staticd: its one route (a ToR's subnet
 # blackhole) is a kernel route from the node plan, which zebra imports as it does any kernel route:
 # one process fewer per router (2.8 MiB PSS) for the same FIB and the same BGP origination.

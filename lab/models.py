@@ -124,6 +124,9 @@ class LabState(_Model):
     frr_dirs: list[str] = []  # FRR pathspace directories, recorded before creation
     agents: dict[str, int] = {}  # node -> agent PID (namespace runtime)
     frr_pids: dict[str, int] = {}  # "<node>/<daemon>" -> PID, read from the pid files once FRR started
+    # "<node>/<daemon>" -> the PID a daemon started under, before it forked: FRR names its crash-log directory
+    # (/var/tmp/frr/<daemon>.<pid>) after it, and only a clean exit removes it
+    frr_launch_pids: dict[str, int] = {}
     faults: list[FaultRecord] = []  # applied and not yet reverted, with their undo recipes
     impairments: dict[str, dict[str, float]] = {}  # "node:iface" -> rate/queue/loss/delay in force
     clab_topology: str | None = None

@@ -210,8 +210,18 @@ def test_twenty_up_down_cycles_leave_nothing():
     for i in range(20):
         r = hpnlab("up", str(spec), "--json", check=False)
         assert r.returncode == 0, f"cycle {i}: {r.stderr[-2000:]}"
+        # FRR's crash-log directories (killed daemons never remove theirs): named by the PID each daemon
+        # started under, which the lab records; down removes those this lab's daemons made, and leaves one
+        # a dead process of the same PID left before (FRR does not reuse it)
+        state = json.loads(Path("/run/hpnlab/cyc/state.json").read_text())
+        crashlogs = [Path("/var/tmp/frr") / f"{k.split('/')[1]}.{pid}" for k, pid in state["frr_launch_pids"].items()]
+        assert len(crashlogs) == len(state["frr_pids"]) > 0 and all(d.is_dir() for d in crashlogs), crashlogs
+        ours = [d for d in crashlogs if d.stat().st_ctime >= state["started"] - 1]
+        assert ours, crashlogs
         hpnlab("down", "--lab", "cyc")
         assert leftovers("cyc") == [], f"cycle {i}"
+        assert not any(d.exists() for d in ours), f"cycle {i}: {[d for d in ours if d.exists()]}"
+        assert all(d.exists() for d in crashlogs if d not in ours), f"cycle {i}: another's crash log removed"
     assert hpnlab("down", "--lab", "cyc").returncode == 0  # idempotent
 
 

@@ -94,8 +94,7 @@ class NetnsRuntime(Runtime):
         launching: list[subprocess.Popen] = []
         try:
             self._launch_frr(routers, cfgs, launching, daemons)
-            # Recorded too: a daemon that exits by itself removes its pid file, but FRR leaves its
-            # /var/tmp/frr/<daemon>.<pid> directory, which destroy removes by these PIDs.
+            # Recorded too: a daemon that exits by itself removes its pid file; destroy still finds it by these.
             self.state.data.frr_pids.update({f"{Path(d).name[len(self.lab) + 1:]}/{daemon}": pid
                                              for pid, daemon, d in self.frr_daemons()})
             self.state.save()
@@ -135,6 +134,9 @@ class NetnsRuntime(Runtime):
                 procs.append((n, subprocess.Popen(self.exec_argv(n, argv), stdout=subprocess.DEVNULL,
                                                   stderr=subprocess.PIPE, text=True)))
                 launching.append(procs[-1][1])
+                # `ip netns exec` execs the daemon: this PID is the one FRR names its crash-log directory after
+                self.state.data.frr_launch_pids[f"{n}/{daemon}"] = procs[-1][1].pid
+            self.state.save()  # before waiting: a teardown after a kill here still finds those directories
             for n, p in procs:
                 _, err = p.communicate(timeout=60)
                 if p.returncode != 0:
@@ -248,6 +250,14 @@ class NetnsRuntime(Runtime):
             run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {ns}\n" for ns in mine), check=False)
         for d in self.state.data.frr_dirs:
             shutil.rmtree(d, ignore_errors=True)
-        for pid, daemon, _ns in daemons:  # FRR's crash-log directory of a daemon that did not exit cleanly
-            shutil.rmtree(frr.TMP / f"{daemon}.{pid}", ignore_errors=True)
+        # FRR's crash-log directory of each daemon killed (a clean exit removes its own): named after the PID
+        # the daemon started under, before it forked, not the daemon's own PID. One of that name made before
+        # this lab started is a dead process's (FRR does not reuse it) and is left alone.
+        for key, pid in self.state.data.frr_launch_pids.items():
+            d = frr.TMP / f"{key.split('/', 1)[1]}.{pid}"
+            try:
+                if d.stat().st_ctime >= (self.state.data.started or 0) - 1:
+                    shutil.rmtree(d, ignore_errors=True)
+            except OSError:
+                pass
         self.remove_state()
