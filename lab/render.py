@@ -128,7 +128,7 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
                         for nic in node.nics]
         return base
     base.update({"asn": node.asn, "router_id": node.router_id, "sysctls": {**ROUTER_SYSCTLS, **hashing}, "bfd": spec.bfd.enabled,
-                 "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] in ("uplink", "core")]})
+                 "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] in plan.FABRIC_KINDS]})
     if node.role == "agg" and spec.multipath.mode != "ecmp":
         asn = {n.name: n.asn for n in topo.by_role("tor")}
         base["multipath"] = {"mode": spec.multipath.mode, "interval_s": spec.multipath.interval_s,

@@ -131,6 +131,24 @@ def test_status_and_exec(lab):
     assert r.returncode == 2 and "nosuch" in r.stderr
 
 
+def test_the_aggs_opened_every_tor_session_and_the_tors_advertise_again(lab):
+    """The start order of hpnlab.runtime.base.Runtime.open_fabric, as it left the lab: each ToR session was
+    opened by its agg (the ToR's end is port 179), none was reset on the way up, and no ToR still holds
+    back its Router Advertisements."""
+    from hpnlab.nodesetup import RA_HOLD_TABLE
+    from hpnlab.orchestrate import open_lab
+
+    rt, cfgs = open_lab(lab)
+    tors = [n for n, c in cfgs.items() if c.role == "tor"]
+    for tor in tors:
+        peers = {p: v for p, v in rt.daemon_json(tor, "bgpd", "show bgp neighbors json").items() if isinstance(v, dict)}
+        assert peers and all(v["bgpState"] == "Established" for v in peers.values()), tor
+        assert {p: v["portLocal"] for p, v in peers.items()} == {p: 179 for p in peers}, tor
+        assert {p: v["connectionsEstablished"] for p, v in peers.items()} == {p: 1 for p in peers}, tor
+        tables = nsexec(lab, tor, "nft", "list", "tables").stdout
+        assert RA_HOLD_TABLE not in tables, tor
+
+
 def test_up_refuses_running_lab(lab):
     r = hpnlab("up", check=False)
     assert r.returncode == 1 and "already running" in r.stderr and "Traceback" not in r.stderr

@@ -19,6 +19,8 @@ MTU_FRAME = MTU + 14  # with the Ethernet header
 
 ARP_DUP_MARK = 0x4850  # "HP": set on the original and the copy so neither is duplicated again
 NFT_TABLE = "hpnlab"
+RA_HOLD_TABLE = "hpnlab_ra_hold"  # a ToR's Router Advertisements, held back while the lab starts
+FABRIC_KINDS = ("uplink", "core")  # a router's interfaces with a BGP unnumbered session
 # Sysctls a plan sets that older kernels lack -> the feature (hpnlab.kernel) that brings them: a node
 # leaves them out where its kernel has no such file, and says so.
 OPTIONAL_SYSCTLS = {"net.ipv4.fib_multipath_hash_seed": "hash-seed",   # Linux 6.11
@@ -28,6 +30,15 @@ OPTIONAL_SYSCTLS = {"net.ipv4.fib_multipath_hash_seed": "hash-seed",   # Linux 6
 def sysctls(cfg: dict, skip: frozenset[str] | set[str] | list[str] = ()) -> dict[str, int]:
     """Every sysctl of the node, less ``skip``: keys this kernel lacks (hpnlab.kernel.assess decides)."""
     out = {k: v for k, v in cfg["sysctls"].items() if k not in skip}
+    if cfg["role"] != "host":
+        # BGP unnumbered speaks over each fabric link's IPv6 link-local address, and zebra sends and learns
+        # the Router Advertisements that name it. Duplicate address detection keeps a new link-local
+        # address unusable for 1-2 s after its link comes up (a random wait of up to 1 s, one probe, 1 s
+        # more), and the lab's sessions waited for it. On a point-to-point veth whose two MACs the lab
+        # assigns, no address can be a duplicate.
+        for i in cfg["interfaces"]:
+            if i.get("kind") in FABRIC_KINDS:
+                out[f"net.ipv6.conf.{i['name']}.accept_dad"] = 0
     if cfg["role"] == "tor":
         for hp in cfg["host_ports"]:
             ifc = hp["iface"]
@@ -108,6 +119,31 @@ def nft_ruleset(cfg: dict) -> str | None:
                     "  }"]
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+def ra_hold_ruleset(cfg: dict) -> str | None:
+    """A ToR's Router Advertisements dropped on their way out, while the lab starts.
+
+    An agg learns a ToR's link-local address only from the ToR's Router Advertisements, and opens the
+    session (the ToRs are passive) the moment it learns it. FRR 8.4's bgpd resets every session that is not
+    yet Established when, just after it starts, zebra sends it the interfaces a second time (a start and
+    the BGP instance's registration each ask for them); the reset session then waits bgpd's fixed 1 s start
+    timer. Held back until every bgpd has started, a ToR's address reaches each agg after that: the
+    namespace runtime's deploy removes this table and solicits the advertisements
+    (hpnlab.runtime.base.Runtime.open_fabric). Self-configuring nodes (container images) never hold them.
+    """
+    if cfg["role"] != "tor":
+        return None
+    return (f"table ip6 {RA_HOLD_TABLE} {{\n"
+            "  chain out {\n"
+            "    type filter hook output priority 0; policy accept;\n"
+            "    icmpv6 type nd-router-advert drop\n"
+            "  }\n"
+            "}\n")
+
+
+def ra_release_ruleset() -> str:
+    return f"delete table ip6 {RA_HOLD_TABLE}\n"
 
 
 def agent_module(cfg: dict, driver: str = "userspace") -> str | None:

@@ -28,7 +28,7 @@ from hpnlab.errors import RuntimeFailure, SpecError, StateError
 from hpnlab.models import LabState, NodeConfig, load_json_model
 from hpnlab.proc import run
 from hpnlab.progress import Report
-from hpnlab.node import nsenter
+from hpnlab.node import nsenter, solicit
 from hpnlab.node.nsenter import NETNS_DIR
 from hpnlab.runtime.channel import Channel, NetnsChannel
 from hpnlab.spec import check_lab_name
@@ -257,6 +257,7 @@ class Runtime:
         self.start_agents(first, cfgs)
         progress(f"starting bgpd{' and bfdd' if any(c.bfd for c in cfgs.values()) else ''} on {len(routers)} routers")
         self.start_frr(routers, cfgs, daemons=frr.DAEMONS[1:])
+        self.open_fabric(routers, cfgs, progress)
         later = [n for n in agents if n not in set(first)]
         if later:
             progress(f"starting {len(later)} agents that talk to FRR")
@@ -284,6 +285,59 @@ class Runtime:
         rules = nodesetup.nft_ruleset(cfg)
         if rules:
             self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
+        hold = nodesetup.ra_hold_ruleset(cfg)  # released by open_fabric once every bgpd runs
+        if hold:
+            self.run(node, ["nft", "-f", "-"], input=hold, what=f"{node}: nftables router advertisements held")
+
+    # How long open_fabric waits for the ToRs to learn their aggs' addresses before it lets the aggs learn
+    # theirs; past it the lab goes on (a session then may wait FRR's 1 s timers, as without the hold).
+    fabric_learn_timeout = 5.0
+
+    def open_fabric(self, routers: list[str], cfgs: dict[str, NodeConfig], progress: Report) -> None:
+        """Let the aggs open their ToR sessions, now that every bgpd runs (hpnlab.node.plan.ra_hold_ruleset
+        says why they waited). First each ToR solicits its aggs' Router Advertisements and learns where they
+        are, so it can take the connections that follow (a passive ToR refuses one from an address it has not
+        learnt, and the agg would retry only after 1 s); then the ToRs' advertisements are released and
+        solicited, and each agg, learning a ToR's address, connects at once."""
+        tors = [n for n in routers if cfgs[n].role == "tor"]
+        if not tors:
+            return
+        progress(f"opening {len(tors)} ToRs' BGP sessions to their aggs (router advertisements released)")
+        uplinks = {n: [i["name"] for i in cfgs[n].plain()["interfaces"] if i.get("kind") in nodesetup.FABRIC_KINDS]
+                   for n in tors}
+        tor_set = set(tors)
+        facing = {n: [i["name"] for i in cfgs[n].plain()["interfaces"]
+                      if i.get("kind") in nodesetup.FABRIC_KINDS and i.get("peer") in tor_set]
+                  for n in routers if n not in tor_set}
+        self.send_solicitations(uplinks)
+        self.wait_learnt(tors, uplinks)
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            list(ex.map(lambda n: self.run(n, ["nft", "-f", "-"], input=nodesetup.ra_release_ruleset(),
+                                           what=f"{n}: releasing router advertisements"), tors))
+        self.send_solicitations({n: f for n, f in facing.items() if f})
+
+    def send_solicitations(self, ifaces: dict[str, list[str]]) -> None:
+        """A Router Solicitation out of these interfaces of these nodes (hpnlab.node.solicit), where this
+        machine can enter the nodes' namespaces; elsewhere zebra's own timer sends the advertisements within
+        a second."""
+        paths = {n: self.netns_path(n) for n in ifaces}
+        if any(p is None for p in paths.values()):
+            return
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            list(ex.map(lambda n: solicit.solicit(paths[n], ifaces[n]), ifaces))
+
+    def wait_learnt(self, tors: list[str], uplinks: dict[str, list[str]]) -> None:
+        """Until each ToR's bgpd knows the address of every agg it peers with (``bgpNeighborAddr``)."""
+        deadline = time.monotonic() + self.fabric_learn_timeout
+        todo = list(tors)
+        while todo and time.monotonic() < deadline:
+            def learnt(n: str) -> bool:
+                d = self.daemon_json(n, "bgpd", "show bgp neighbors json", timeout=2) or {}
+                return all(isinstance(d.get(i), dict) and "bgpNeighborAddr" in d[i] for i in uplinks[n])
+            with ThreadPoolExecutor(max_workers=8) as ex:
+                todo = [n for n, ok in zip(todo, ex.map(learnt, todo)) if not ok]
+            if todo:
+                time.sleep(0.01)
 
     # --- running things in a node ---------------------------------------------------------------------
     def exec_target(self, node: str) -> str:
