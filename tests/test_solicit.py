@@ -1,5 +1,6 @@
 """Router Solicitations as the lab sends them (hpnlab.node.solicit): the bytes as scapy decodes them, and,
-as root, one sent from a namespace as it arrives at the other end of a veth."""
+as root, one sent from a namespace as it arrives at the other end of a veth; and the deploy's wait for the
+ToRs to learn their aggs' addresses before it lets the aggs learn theirs (Runtime.open_fabric)."""
 
 import os
 import select
@@ -54,3 +55,24 @@ def test_a_solicitation_leaves_the_namespace_for_all_routers_with_hop_limit_255(
     finally:
         for ns in (a, b):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_the_wait_for_tors_to_learn_their_aggs_ends_when_they_know_or_at_its_deadline():
+    from hpnlab.runtime.base import Runtime
+
+    class Fake:
+        fabric_learn_timeout = 0.2
+        asked = 0
+
+        def daemon_json(self, node, daemon, command, timeout=20):
+            self.asked += 1
+            known = {"agg0-0": {"bgpNeighborAddr": "fe80::1"}, "agg0-1": {"bgpState": "Idle"}}
+            if node == "t1" and self.asked > 3:
+                known["agg0-1"]["bgpNeighborAddr"] = "fe80::2"
+            return known
+
+    fake = Fake()
+    t0 = time.monotonic()
+    late = Runtime.wait_learnt(fake, ["t1", "t2"], {"t1": ["agg0-0", "agg0-1"], "t2": ["agg0-0", "agg0-1"]})
+    assert late == ["t2"] and 0.2 <= time.monotonic() - t0 < 2
+    assert Runtime.wait_learnt(fake, ["t1"], {"t1": ["agg0-0"]}) == []

@@ -310,7 +310,10 @@ class Runtime:
                       if i.get("kind") in nodesetup.FABRIC_KINDS and i.get("peer") in tor_set]
                   for n in routers if n not in tor_set}
         self.send_solicitations(uplinks)
-        self.wait_learnt(tors, uplinks)
+        late = self.wait_learnt(tors, uplinks)
+        if late:
+            progress(f"{len(late)} ToRs ({', '.join(late[:3])}) did not learn every agg's address within "
+                     f"{self.fabric_learn_timeout:g} s; releasing them anyway (their sessions may wait FRR's timers)")
         with ThreadPoolExecutor(max_workers=8) as ex:
             list(ex.map(lambda n: self.run(n, ["nft", "-f", "-"], input=nodesetup.ra_release_ruleset(),
                                            what=f"{n}: releasing router advertisements"), tors))
@@ -326,18 +329,22 @@ class Runtime:
         with ThreadPoolExecutor(max_workers=8) as ex:
             list(ex.map(lambda n: solicit.solicit(paths[n], ifaces[n]), ifaces))
 
-    def wait_learnt(self, tors: list[str], uplinks: dict[str, list[str]]) -> None:
-        """Until each ToR's bgpd knows the address of every agg it peers with (``bgpNeighborAddr``)."""
+    def wait_learnt(self, tors: list[str], uplinks: dict[str, list[str]]) -> list[str]:
+        """Until each ToR's bgpd knows the address of every agg it peers with (``bgpNeighborAddr``); returns
+        the ToRs that did not within fabric_learn_timeout."""
+        def learnt(n: str) -> bool:
+            d = self.daemon_json(n, "bgpd", "show bgp neighbors json", timeout=2) or {}
+            return all(isinstance(d.get(i), dict) and "bgpNeighborAddr" in d[i] for i in uplinks[n])
+
         deadline = time.monotonic() + self.fabric_learn_timeout
         todo = list(tors)
-        while todo and time.monotonic() < deadline:
-            def learnt(n: str) -> bool:
-                d = self.daemon_json(n, "bgpd", "show bgp neighbors json", timeout=2) or {}
-                return all(isinstance(d.get(i), dict) and "bgpNeighborAddr" in d[i] for i in uplinks[n])
-            with ThreadPoolExecutor(max_workers=8) as ex:
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            while todo:
                 todo = [n for n, ok in zip(todo, ex.map(learnt, todo)) if not ok]
-            if todo:
+                if not todo or time.monotonic() > deadline:
+                    break
                 time.sleep(0.01)
+        return todo
 
     # --- running things in a node ---------------------------------------------------------------------
     def exec_target(self, node: str) -> str:
