@@ -36,9 +36,8 @@ def sysctls(cfg: dict, skip: frozenset[str] | set[str] | list[str] = ()) -> dict
         # address unusable for 1-2 s after its link comes up (a random wait of up to 1 s, one probe, 1 s
         # more), and the lab's sessions waited for it. On a point-to-point veth whose two MACs the lab
         # assigns, no address can be a duplicate.
-        for i in cfg["interfaces"]:
-            if i.get("kind") in FABRIC_KINDS:
-                out[f"net.ipv6.conf.{i['name']}.accept_dad"] = 0
+        for name in cfg.get("fabric_ifaces") or []:
+            out[f"net.ipv6.conf.{name}.accept_dad"] = 0
     if cfg["role"] == "tor":
         for hp in cfg["host_ports"]:
             ifc = hp["iface"]

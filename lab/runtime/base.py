@@ -303,11 +303,10 @@ class Runtime:
         if not tors:
             return
         progress(f"opening {len(tors)} ToRs' BGP sessions to their aggs (router advertisements released)")
-        uplinks = {n: [i["name"] for i in cfgs[n].plain()["interfaces"] if i.get("kind") in nodesetup.FABRIC_KINDS]
-                   for n in tors}
+        fabric = {n: cfgs[n].fabric_ifaces or [] for n in routers}
+        uplinks = {n: fabric[n] for n in tors}
         tor_set = set(tors)
-        facing = {n: [i["name"] for i in cfgs[n].plain()["interfaces"]
-                      if i.get("kind") in nodesetup.FABRIC_KINDS and i.get("peer") in tor_set]
+        facing = {n: [i.name for i in cfgs[n].interfaces if i.name in fabric[n] and i.peer in tor_set]
                   for n in routers if n not in tor_set}
         self.send_solicitations(uplinks)
         late = self.wait_learnt(tors, uplinks)
