@@ -149,6 +149,26 @@ def test_the_aggs_opened_every_tor_session_and_the_tors_advertise_again(lab):
         assert RA_HOLD_TABLE not in tables, tor
 
 
+def test_every_prefix_a_tor_sends_its_agg_keeps(lab):
+    """A ToR announces to its aggs only what it originates (templates/frr/tor.conf.j2 says why): whatever it
+    sent an agg, the agg accepted; without the filter a ToR also sends every route it learnt from one agg to
+    the others, which they drop for their own AS in its path."""
+    from hpnlab.orchestrate import open_lab
+
+    rt, cfgs = open_lab(lab)
+
+    def sessions(node: str) -> dict[str, dict]:  # peer's hostname -> its row of the summary
+        peers = (rt.daemon_json(node, "bgpd", "show bgp ipv4 unicast summary json") or {}).get("peers", {})
+        return {v["hostname"]: v for v in peers.values()}
+
+    aggs = {n: sessions(n) for n, c in cfgs.items() if c.role == "agg"}
+    for tor in [n for n, c in cfgs.items() if c.role == "tor"]:
+        sent = {agg: row["pfxSnt"] for agg, row in sessions(tor).items()}
+        assert sent and all(n > 0 for n in sent.values()), (tor, sent)
+        kept = {agg: aggs[agg][tor]["pfxRcd"] for agg in sent}
+        assert kept == sent, tor
+
+
 def test_up_refuses_running_lab(lab):
     r = hpnlab("up", check=False)
     assert r.returncode == 1 and "already running" in r.stderr and "Traceback" not in r.stderr
