@@ -7,4 +7,4 @@ from __future__ import annotations
 from hpnlab.node.bondhost import parse_bonding  # noqa: F401
 from hpnlab.node.plan import (ARP_DUP_MARK, NFT_TABLE, agent_module, agent_needs_frr, bond_name, bonding_available,  # noqa: F401
                               FABRIC_KINDS, RA_HOLD_TABLE, host_driver, ip_batch, nft_ruleset, ra_hold_ruleset,
-                              ra_release_ruleset, sysctls)
+                              ra_listen_ruleset, ra_release_ruleset, sysctls)

@@ -172,17 +172,59 @@ def test_only_tors_hold_their_router_advertisements_and_the_release_names_the_sa
     import re
     import subprocess
 
-    from hpnlab.nodesetup import RA_HOLD_TABLE, ra_hold_ruleset, ra_release_ruleset
+    from hpnlab.nodesetup import RA_HOLD_TABLE, ra_hold_ruleset, ra_listen_ruleset, ra_release_ruleset
 
     assert ra_hold_ruleset(cfg("agg0-0")) is None and ra_hold_ruleset(cfg("s0h0")) is None
     hold = ra_hold_ruleset(cfg("s0r0a"))
-    assert "hook output" in hold and "icmpv6 type nd-router-advert drop" in hold
+    # its own advertisements out, and its aggs' in: two chains, each dropping only Router Advertisements
+    assert re.findall(r"chain (\w+) \{\n\s+type filter hook (\w+)", hold) == [("out", "output"), ("in", "input")]
+    assert hold.count("icmpv6 type nd-router-advert drop") == 2
     assert re.search(rf"table ip6 {RA_HOLD_TABLE} ", hold) and ra_release_ruleset() == f"delete table ip6 {RA_HOLD_TABLE}\n"
+    assert ra_listen_ruleset() == f"delete chain ip6 {RA_HOLD_TABLE} in\n"
     r = subprocess.run(["nft", "--check", "-f", "-"], input=hold, capture_output=True, text=True)
     if r.returncode and ("Operation not permitted" in r.stderr or "Could not process rule" in r.stderr):
         print(f"nft --check unavailable here: {r.stderr.strip()[:100]}")
     else:
         assert r.returncode == 0, r.stderr
+
+
+def test_the_router_advertisement_hold_comes_off_in_two_steps_in_a_namespace():
+    """As the deploy applies them in a ToR: both chains, then only its own advertisements held (it hears its
+    aggs'), then nothing; this machine's own tables never see the hold."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import uuid
+
+    import pytest
+
+    from hpnlab.nodesetup import RA_HOLD_TABLE, ra_hold_ruleset, ra_listen_ruleset, ra_release_ruleset
+
+    if os.geteuid() != 0:
+        print("SKIP: needs root for a network namespace", file=sys.stderr)
+        pytest.skip("needs root for a network namespace")
+    ns = f"hpnt-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+
+    def apply(rules):
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, text=True, check=True)
+
+    def chains():
+        out = subprocess.run(["ip", "netns", "exec", ns, "nft", "list", "ruleset"], capture_output=True,
+                             text=True, check=True).stdout
+        return re.findall(r"chain (\w+) \{", out) if f"table ip6 {RA_HOLD_TABLE}" in out else []
+
+    try:
+        apply(ra_hold_ruleset(cfg("s0r0a")))
+        assert chains() == ["out", "in"]
+        assert RA_HOLD_TABLE not in subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+        apply(ra_listen_ruleset())
+        assert chains() == ["out"]
+        apply(ra_release_ruleset())
+        assert chains() == []
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=True)
 
 
 def test_tor_sessions_are_passive_and_agg_sessions_are_not():

@@ -121,7 +121,8 @@ def nft_ruleset(cfg: dict) -> str | None:
 
 
 def ra_hold_ruleset(cfg: dict) -> str | None:
-    """A ToR's Router Advertisements dropped on their way out, while the lab starts.
+    """A ToR's Router Advertisements dropped on their way out, and its aggs' on their way in, while the
+    lab starts.
 
     An agg learns a ToR's link-local address only from the ToR's Router Advertisements, and opens the
     session (the ToRs are passive) the moment it learns it. FRR 8.4's bgpd resets every session that is not
@@ -129,7 +130,12 @@ def ra_hold_ruleset(cfg: dict) -> str | None:
     the BGP instance's registration each ask for them); the reset session then waits bgpd's fixed 1 s start
     timer. Held back until every bgpd has started, a ToR's address reaches each agg after that: the
     namespace runtime's deploy removes this table and solicits the advertisements
-    (hpnlab.runtime.base.Runtime.open_fabric). Self-configuring nodes (container images) never hold them.
+    (hpnlab.runtime.base.Runtime.open_fabric). The same holds on the ToR's side: a ToR that learnt its
+    aggs' addresses before its second interface dump leaves its peers Idle on that 1 s timer, and when the
+    timer fires in the instant an agg's connection is being accepted, the event it queues stops the session
+    just Established (one session in about three 78-node starts). So the ToR hears its aggs'
+    advertisements only once the deploy removes the ``in`` chain (``ra_listen_ruleset``), after every bgpd
+    has started. Self-configuring nodes (container images) never hold them.
     """
     if cfg["role"] != "tor":
         return None
@@ -138,7 +144,16 @@ def ra_hold_ruleset(cfg: dict) -> str | None:
             "    type filter hook output priority 0; policy accept;\n"
             "    icmpv6 type nd-router-advert drop\n"
             "  }\n"
+            "  chain in {\n"
+            "    type filter hook input priority 0; policy accept;\n"
+            "    icmpv6 type nd-router-advert drop\n"
+            "  }\n"
             "}\n")
+
+
+def ra_listen_ruleset() -> str:
+    """The ToR hears its aggs' Router Advertisements again (its own stay held)."""
+    return f"delete chain ip6 {RA_HOLD_TABLE} in\n"
 
 
 def ra_release_ruleset() -> str:

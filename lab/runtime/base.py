@@ -284,10 +284,13 @@ class Runtime:
                 what=f"{node}: link capacity (tc tbf)")
         rules = nodesetup.nft_ruleset(cfg)
         if rules:
-            self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: nftables ARP duplication")
+            self.nft(node, rules, "nftables ARP duplication")
         hold = nodesetup.ra_hold_ruleset(cfg)  # released by open_fabric once every bgpd runs
         if hold:
-            self.run(node, ["nft", "-f", "-"], input=hold, what=f"{node}: nftables router advertisements held")
+            self.nft(node, hold, "nftables router advertisements held")
+
+    def nft(self, node: str, rules: str, what: str) -> None:
+        self.run(node, ["nft", "-f", "-"], input=rules, what=f"{node}: {what}")
 
     # How long open_fabric waits for the ToRs to learn their aggs' addresses before it lets the aggs learn
     # theirs; past it the lab goes on (a session then may wait FRR's 1 s timers, as without the hold).
@@ -295,10 +298,10 @@ class Runtime:
 
     def open_fabric(self, routers: list[str], cfgs: dict[str, NodeConfig], progress: Report) -> None:
         """Let the aggs open their ToR sessions, now that every bgpd runs (hpnlab.node.plan.ra_hold_ruleset
-        says why they waited). First each ToR solicits its aggs' Router Advertisements and learns where they
-        are, so it can take the connections that follow (a passive ToR refuses one from an address it has not
-        learnt, and the agg would retry only after 1 s); then the ToRs' advertisements are released and
-        solicited, and each agg, learning a ToR's address, connects at once."""
+        says why they waited). First each ToR hears and solicits its aggs' Router Advertisements and learns
+        where they are, so it can take the connections that follow (a passive ToR refuses one from an address
+        it has not learnt, and the agg would retry only after 1 s); then the ToRs' advertisements are
+        released and solicited, and each agg, learning a ToR's address, connects at once."""
         tors = [n for n in routers if cfgs[n].role == "tor"]
         if not tors:
             return
@@ -308,15 +311,18 @@ class Runtime:
         tor_set = set(tors)
         facing = {n: [i.name for i in cfgs[n].interfaces if i.name in fabric[n] and i.peer in tor_set]
                   for n in routers if n not in tor_set}
+        self.nft_each(tors, nodesetup.ra_listen_ruleset(), "hearing its aggs' router advertisements")
         self.send_solicitations(uplinks)
         late = self.wait_learnt(tors, uplinks)
         if late:
             progress(f"{len(late)} ToRs ({', '.join(late[:3])}) did not learn every agg's address within "
                      f"{self.fabric_learn_timeout:g} s; releasing them anyway (their sessions may wait FRR's timers)")
-        with ThreadPoolExecutor(max_workers=8) as ex:
-            list(ex.map(lambda n: self.run(n, ["nft", "-f", "-"], input=nodesetup.ra_release_ruleset(),
-                                           what=f"{n}: releasing router advertisements"), tors))
+        self.nft_each(tors, nodesetup.ra_release_ruleset(), "releasing router advertisements")
         self.send_solicitations({n: f for n, f in facing.items() if f})
+
+    def nft_each(self, nodes: list[str], rules: str, what: str) -> None:
+        with ThreadPoolExecutor(max_workers=8) as ex:
+            list(ex.map(lambda n: self.nft(n, rules, what), nodes))
 
     def send_solicitations(self, ifaces: dict[str, list[str]]) -> None:
         """A Router Solicitation out of these interfaces of these nodes (hpnlab.node.solicit), where this
