@@ -1,7 +1,7 @@
 """What this machine's kernel offers a lab, checked before anything is created.
 
 Every kernel feature a lab may use is probed here: sysctls by their /proc/sys file, qdiscs and the
-nftables netdev egress hook by creating them in a throw-away network namespace (``unshare -n``: it
+nftables netdev egress hook and ip6 family by creating them in a throw-away network namespace (``unshare -n``: it
 vanishes with the probe's process, so nothing is left behind), bonding by its module. ``assess`` then
 says, for one spec, what the lab will do without each missing feature:
 
@@ -60,6 +60,9 @@ FEATURES: dict[str, Feature] = {f.key: f for f in (
     Feature("nft-egress", "nftables netdev egress hook", "5.16",
             "mechanisms.arp_duplication: every host ARP leaves both ports; faults one-way and lacp-drop",
             "refused while mechanisms.arp_duplication is on (one ToR of each set would never learn its hosts)"),
+    Feature("nft-ip6", "nftables ip6 family (input and output hooks)", "3.13",
+            "a ToR's Router Advertisements held while a lab of namespaces starts, so each BGP session opens once",
+            "nothing is held: the lab comes up, some BGP sessions about a second later (FRR 8.4's start timer)"),
     Feature("tbf", "tc qdisc tbf", "2.6",
             "spec links: (link capacity and port buffers)",
             "refused for a spec with links:"),
@@ -96,6 +99,11 @@ def _nft_egress() -> bool:
                              '    type filter hook egress device "lo" priority 0; policy accept;\n  }\n}\n')
 
 
+def _nft_ip6() -> bool:
+    return _in_scratch_netns(["nft", "-f", "-"], "table ip6 hpnlab_probe {\n  chain c {\n"
+                             "    type filter hook output priority 0; policy accept;\n  }\n}\n")
+
+
 def _bonding() -> bool:
     from hpnlab.node.plan import bonding_available
 
@@ -106,6 +114,7 @@ PROBES = {
     "hash-seed": lambda: has_sysctl("net.ipv4.fib_multipath_hash_seed"),
     "hash-fields": lambda: has_sysctl("net.ipv4.fib_multipath_hash_fields"),
     "nft-egress": _nft_egress,
+    "nft-ip6": _nft_ip6,
     "tbf": lambda: _qdisc("tbf", "rate", "1mbit", "burst", "4000", "limit", "10000"),
     "netem": lambda: _qdisc("netem", "delay", "0ms"),
     "bonding": _bonding,
@@ -178,6 +187,10 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) ->
         refuse(f"spec field 'mechanisms.arp_duplication' needs the nftables netdev egress hook (Linux 5.16+), "
                f"which {on} lacks; use a newer kernel, or set it false (one ToR of each set then never "
                f"learns its hosts)")
+    if not have.get("nft-ip6", True):
+        out.notes.append(f"{on} has no nftables ip6 family: a lab of namespaces does not hold its ToRs' Router "
+                         f"Advertisements while it starts, so some BGP sessions come up about a second later "
+                         f"(FRR 8.4's start timer); the fabric is the same")
     if not have.get("tbf", True) and any((spec.links.access, spec.links.uplink, spec.links.core)):
         refuse(f"spec field 'links' needs the tbf qdisc (sch_tbf), which {on} lacks; load it or remove 'links'")
     if not have.get("bonding", True) and spec.host_driver == "bond":

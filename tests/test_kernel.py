@@ -54,6 +54,8 @@ def test_missing_features_refuse_only_the_specs_that_need_them():
     assert "'host_driver'" in kernel.assess(spec(host_driver="bond"), no_bond).refusal
     assert "5.14" in kernel.assess(spec(), {**EVERYTHING, "hash-fields": False}).refusal
     assert kernel.assess(spec(), {**EVERYTHING, "netem": False}).refusal is None  # only impair delay= needs it
+    no_ip6 = kernel.assess(spec(), {**EVERYTHING, "nft-ip6": False}, "6.18")
+    assert no_ip6.refusal is None and len(no_ip6.notes) == 1 and "Router Advertisements" in no_ip6.notes[0]
 
 
 def test_the_plan_leaves_out_what_the_kernel_lacks():
@@ -152,3 +154,26 @@ def kernel_state_dir(lab: str):
     from hpnlab.runtime.base import state_dir
 
     return state_dir(lab)
+
+
+@pytest.mark.root
+def test_a_lab_on_a_kernel_without_nftables_ip6_comes_up_holding_nothing(tmp_path):
+    """The Router Advertisement hold is the only use of nftables' ip6 family: without it the lab comes up as
+    before the hold (its sessions as FRR's timers allow), with a note, and nothing tries to hold or release."""
+    _need_root()
+    from tests.lib.labs import leftovers
+
+    f = tmp_path / "k6.yml"
+    f.write_text("name: kip6\nsegments: 1\nhosts_per_segment: 2\nrails: 1\n")
+    try:
+        r = hpn("up", str(f), "--json", env={"HPNLAB_KERNEL_LACKS": "nft-ip6"})
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout)
+        assert len(out["kernel_notes"]) == 1 and "Router Advertisements" in out["kernel_notes"][0]
+        assert all(c["ok"] for c in out["checks"]), [c for c in out["checks"] if not c["ok"]]
+        tables = subprocess.run(["ip", "netns", "exec", "kip6-s0r0a", "nft", "list", "tables"],
+                                capture_output=True, text=True).stdout
+        assert "hpnlab_ra_hold" not in tables
+    finally:
+        hpn("down", "--lab", "kip6")
+    assert leftovers("kip6") == []

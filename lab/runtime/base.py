@@ -116,6 +116,7 @@ class Runtime:
     self_configuring = False  # True: nodes configure themselves at start (container images)
     shares_kernel = True  # the nodes are namespaces of this machine's kernel (False: a cluster's nodes)
     channel: Channel = NetnsChannel()  # how a command reaches a node (runtime/channel.py)
+    hold_ra = True  # a ToR's Router Advertisements held while the lab starts; deploy asks hpnlab.kernel
 
     def __init__(self, lab: str, state: State | None = None):
         self.lab = lab
@@ -222,6 +223,7 @@ class Runtime:
         self.refuse_foreign(list(cfgs))
         requested = next((c.driver or "auto" for c in cfgs.values() if c.role == "host"), "auto")
         self.driver = nodesetup.host_driver(requested, kernel.has("bonding"))
+        self.hold_ra = kernel.has("nft-ip6")  # without it nothing is held (hpnlab.kernel says what that costs)
         st = self.state.data
         st.runtime, st.config, st.started, st.host_driver = self.name, str(self.config_dir), time.time(), self.driver
         st.netns = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists
@@ -286,7 +288,7 @@ class Runtime:
         if rules:
             self.nft(node, rules, "nftables ARP duplication")
         hold = nodesetup.ra_hold_ruleset(cfg)  # released by open_fabric once every bgpd runs
-        if hold:
+        if hold and self.hold_ra:
             self.nft(node, hold, "nftables router advertisements held")
 
     def nft(self, node: str, rules: str, what: str) -> None:
@@ -311,13 +313,15 @@ class Runtime:
         tor_set = set(tors)
         facing = {n: [i.name for i in cfgs[n].interfaces if i.name in fabric[n] and i.peer in tor_set]
                   for n in routers if n not in tor_set}
-        self.nft_each(tors, nodesetup.ra_listen_ruleset(), "hearing its aggs' router advertisements")
+        if self.hold_ra:
+            self.nft_each(tors, nodesetup.ra_listen_ruleset(), "hearing its aggs' router advertisements")
         self.send_solicitations(uplinks)
         late = self.wait_learnt(tors, uplinks)
         if late:
             progress(f"{len(late)} ToRs ({', '.join(late[:3])}) did not learn every agg's address within "
                      f"{self.fabric_learn_timeout:g} s; releasing them anyway (their sessions may wait FRR's timers)")
-        self.nft_each(tors, nodesetup.ra_release_ruleset(), "releasing router advertisements")
+        if self.hold_ra:
+            self.nft_each(tors, nodesetup.ra_release_ruleset(), "releasing router advertisements")
         self.send_solicitations({n: f for n, f in facing.items() if f})
 
     def nft_each(self, nodes: list[str], rules: str, what: str) -> None:
