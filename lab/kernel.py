@@ -1,8 +1,8 @@
 """What this machine's kernel offers a lab, checked before anything is created.
 
-Every kernel feature a lab may use is probed here: sysctls by their /proc/sys file, qdiscs and the
-nftables netdev egress hook and ip6 family by creating them in a throw-away network namespace (``unshare -n``: it
-vanishes with the probe's process, so nothing is left behind), bonding by its module. ``assess`` then
+Every kernel feature a lab may use is probed here: sysctls by their /proc/sys file, qdiscs, the
+nftables netdev egress hook and the nftables ip6 family by creating them in a throw-away network namespace
+(``unshare -n``: it vanishes with the probe's process, so nothing is left behind), bonding by its module. ``assess`` then
 says, for one spec, what the lab will do without each missing feature:
 
 - refuse (one line, exit 2), where the lab would no longer be the fabric the spec describes;

@@ -177,3 +177,34 @@ def test_a_lab_on_a_kernel_without_nftables_ip6_comes_up_holding_nothing(tmp_pat
     finally:
         hpn("down", "--lab", "kip6")
     assert leftovers("kip6") == []
+
+
+def test_without_the_hold_open_fabric_neither_removes_nor_claims_to_release_anything():
+    """Root-free: the deploy's last BGP step on a kernel without nftables' ip6 family still solicits and
+    waits, but runs no nft and does not say it released advertisements."""
+    from types import SimpleNamespace
+
+    from hpnlab.runtime.base import Runtime
+
+    said, done = [], []
+
+    class Fake:
+        hold_ra = False
+        fabric_learn_timeout = 1.0
+
+        def nft_each(self, nodes, rules, what):
+            done.append(("nft", rules))
+
+        def send_solicitations(self, ifaces):
+            done.append(("solicit", sorted(ifaces)))
+
+        def wait_learnt(self, tors, uplinks):
+            done.append(("wait", tors))
+            return []
+
+    iface = SimpleNamespace
+    cfgs = {"t": SimpleNamespace(role="tor", fabric_ifaces=["a"], interfaces=[iface(name="a", peer="a")]),
+            "a": SimpleNamespace(role="agg", fabric_ifaces=["t"], interfaces=[iface(name="t", peer="t")])}
+    Runtime.open_fabric(Fake(), ["t", "a"], cfgs, said.append)
+    assert done == [("solicit", ["t"]), ("wait", ["t"]), ("solicit", ["a"])]
+    assert said == ["opening 1 ToRs' BGP sessions to their aggs"]

@@ -250,9 +250,8 @@ def add_parsers(sub) -> None:
 
     k = sub.add_parser("doctor", help="check what this kernel offers a lab, before bringing one up",
                        description="Probe every kernel feature a lab may use (hash-seed and hash-fields sysctls, "
-                                   "the nftables netdev egress hook and ip6 family, tbf and netem qdiscs, bonding) and "
-                                   "say, for "
-                                   "the spec, whether the lab runs here, runs with a note, or is refused. The qdisc "
+                                   "the nftables netdev egress hook and ip6 family, tbf and netem qdiscs, bonding) "
+                                   "and say, for the spec, whether the lab runs here, runs with a note, or is refused. The qdisc "
                                    "and nftables probes run in a throw-away network namespace. Exit 2 if the spec "
                                    "cannot run on this kernel. 'hpnlab up' makes the same check first.")
     k.add_argument("spec", nargs="?", help="lab spec YAML (default: examples/default.yml)")

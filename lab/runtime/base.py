@@ -307,7 +307,8 @@ class Runtime:
         tors = [n for n in routers if cfgs[n].role == "tor"]
         if not tors:
             return
-        progress(f"opening {len(tors)} ToRs' BGP sessions to their aggs (router advertisements released)")
+        progress(f"opening {len(tors)} ToRs' BGP sessions to their aggs"
+                 + (" (router advertisements released)" if self.hold_ra else ""))
         fabric = {n: cfgs[n].fabric_ifaces or [] for n in routers}
         uplinks = {n: fabric[n] for n in tors}
         tor_set = set(tors)

@@ -36,7 +36,7 @@ def plan_text(cfg: dict, nodesetup) -> str:
         out += [f"# ip -batch (host driver {d})", *nodesetup.ip_batch(cfg, d)]
         rules = nodesetup.nft_ruleset(cfg)  # the same for both drivers: a bond's slaves duplicate ARP too
         out += [f"# nftables (host driver {d})", rules.rstrip("\n") if rules else "(none)"]
-    hold = getattr(nodesetup, "ra_hold_ruleset", lambda c: None)(cfg)
+    hold = nodesetup.ra_hold_ruleset(cfg)
     if hold:  # the namespace runtime's deploy applies it with the rest and removes it once every bgpd runs
         out += ["# nftables while the lab starts (router advertisements held)", hold.rstrip("\n")]
     return "\n".join(out) + "\n"
