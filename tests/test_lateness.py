@@ -103,11 +103,11 @@ def test_summary_shows_the_meter_and_each_faults_verdict():
     agg = report.aggregate([run, {**run, "faults": [{**fault, "emulator": {**em, "late_ms": 1.0,
                                                                             "flagged": False}}]}])
     assert agg[0]["emulator"]["flagged"] == 1 and agg[0]["emulator"]["judged"] == 2
-    assert agg[0]["emulator"]["late_ms"] == {"median": 15.5, "max": 30.0}
+    assert agg[0]["emulator"]["late_ms"] == {"n": 2, "min": 1.0, "median": 15.5, "max": 30.0}
     results = {"experiment": "x", "repetitions": 2, "duration": 8, "variants": {
         "v": {"runs": [run, run], "faults": agg}}}
     text = report.summary_table(results)
-    assert "1/2 FLAG" in text and "15.5/30" in text
+    assert "1/2 FLAG" in text and "1/15.5/30" in text
     assert "emulator: worst lateness in any run 30 ms" in text and "on s0r0a" in text and "12-12 %" in text
 
 

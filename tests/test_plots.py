@@ -29,9 +29,31 @@ def test_failover_plot_draws_every_stream_and_names_the_repetition(monkeypatch, 
         labels = [t.get_text() for t in ax.get_legend().get_texts()]
         streams = res["variants"][name]["runs"][0]["probes"]
         assert len([lb for lb in labels if lb.startswith("probe ")]) == len(streams), (name, labels)
-        assert "repetition 1 of" in ax.get_title(loc="left") and "ms" in ax.get_ylabel()
+        assert "repetitions" in ax.get_title(loc="left") and "ms" in ax.get_ylabel()
     proxy = fig.axes[variants.index("no-arp-proxy")]
     assert any("nothing delivered" in t.get_text() for t in proxy.get_legend().get_texts())
+
+
+def test_failover_plot_draws_every_repetition(monkeypatch, tmp_path):
+    """A stalled repetition cannot hide: each repetition's workload is a line of its own, and the probes'
+    band spans the repetitions (here the third delivered nothing in the fault)."""
+    from hpnlab.traffic import report
+
+    def run(k: int) -> dict:
+        iters = [(t / 10, 40.0 if (k < 2 or not 2 <= t / 10 < 6) else 0.0) for t in range(100)]
+        bins = [(t / 100, 250.0 if (k < 2 or not 2 <= t / 100 < 6) else 0.0) for t in range(1000)]
+        return {"workload": {"kind": "allreduce", "series": iters, "baseline": {"baseline_rate": 40.0}},
+                "probes": {"up": {"requested_pps": 250.0, "series": bins}},
+                "faults": [{"fault": "hang s0r0a", "applied_s": 2.0, "reverted_s": 6.0}]}
+
+    res = {"experiment": "x", "duration": 10, "variants": {"v": {"description": "d", "runs": [run(k) for k in range(3)]}}}
+    fig = _figure(monkeypatch, report.plot, res, tmp_path)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sum("repetition" in lb for lb in labels) == 3 and "every one drawn" in ax.get_title(loc="left")
+    assert any("median of 3, band min-max" in lb for lb in labels)
+    band = ax.collections[0].get_paths()[0].vertices
+    assert band[:, 1].min() == 0.0 and band[:, 1].max() == 100.0  # the stalled run is the band's floor
 
 
 def test_load_balance_plot_draws_an_infinite_ratio(monkeypatch, tmp_path):

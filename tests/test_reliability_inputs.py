@@ -179,9 +179,10 @@ def test_overlapping_fault_windows_are_refused(tmp_path):
              "at >= 4")
 
 
-def test_loss_after_a_repair_stops_at_the_next_fault():
-    """A gap that runs from one fault's repair into the next fault is counted once, by each fault for
-    its own window (the shipped ablations' 'lost after repair' of s1h1 included s0h0's black hole)."""
+def test_loss_after_a_repair_is_charged_to_the_fault_whose_window_it_began_in():
+    """A gap that runs from one fault's repair into the next fault is counted once, by the fault it began
+    in (the shipped ablations' 'lost after repair' of s1h1 included s0h0's black hole, which began at s0h0's
+    fault: that one is s0h0's alone)."""
     from hpnlab.traffic import measure
 
     interval = 0.004
@@ -190,7 +191,11 @@ def test_loss_after_a_repair_stops_at_the_next_fault():
     alone = measure.fault_metrics([fl], start=1.0, end=2.0, window_end=10.0)
     assert alone["lost_after_repair_1s"] == pytest.approx(499, abs=2)  # sent in [3 s, 5 s)
     first = measure.fault_metrics([fl], start=1.0, end=2.0, window_end=3.0)  # the next fault starts at 3 s
-    assert first["lost_after_repair_1s"] == 0
+    assert first["lost_packets"] == 999 and first["resumed"] is False
+    assert measure.fault_metrics([fl], start=3.0, end=4.0, window_end=10.0)["lost_packets"] == 0
+    nxt = measure.Flow("s", 0, 2000, 1500, 0, 0, [measure.Gap(2.996, 5.0, 500, interval)])  # began at 3 s
+    assert measure.fault_metrics([nxt], start=1.0, end=2.0, window_end=3.0)["lost_packets"] == 0
+    assert measure.fault_metrics([nxt], start=3.0, end=4.0, window_end=10.0)["lost_packets"] == 500
 
 
 FAULT = st.fixed_dictionaries({"kind": st.sampled_from(["link-down", "hang", "one-way", "bogus", 3]),

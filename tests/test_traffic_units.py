@@ -69,10 +69,11 @@ def test_fault_metrics_separate_blackholed_from_converged_flows():
     tail = [measure.Flow("down", 0, 1000, 0, 0, 0, [measure.Gap(2.0, 9.004, 100, iv)])]
     assert measure.fault_metrics(tail, 2.0, None, 9.0)["recovered"] is False
     # a black hole that begins only after the repair (a ToR back before its BGP is) is not "black-holed
-    # during the fault" but it is loss after the repair
+    # during the fault" but it is loss after the repair, and the repair's recovery
     post = [measure.Flow("up", 0, 1000, 700, 0, 0, [measure.Gap(6.01, 7.2, 296, iv)])]
     m3 = measure.fault_metrics(post, 2.0, 6.0, 9.0)
     assert m3["blackholed_flows"] == 0 and m3["lost_after_repair_1s"] > 0 and m3["recovered"] is False
+    assert m3["converged_gap_ms"] == 0.0 and m3["recovery_after_repair_ms"] == 1200.0
     # a gap that starts after the window (a later fault) does not make this one unrecovered
     later = [measure.Flow("down", 0, 1000, 0, 0, 0, [measure.Gap(9.5, 12.0, 100, iv)])]
     assert measure.fault_metrics(later, 2.0, 6.0, 9.0)["recovered"] is True
@@ -83,10 +84,10 @@ def test_gap_interpolates_send_times_of_lost_packets():
     assert g.lost_sent_after(-1) == 9 and g.lost_sent_after(0.55) == 4 and g.lost_sent_after(1.0) == 0
 
 
-def test_summarise_median_and_max():
-    assert measure.summarise([3, 1, 2]) == {"median": 2, "max": 3}
-    assert measure.summarise([1.0, 4.0]) == {"median": 2.5, "max": 4.0}
-    assert measure.summarise([None]) == {"median": None, "max": None}
+def test_summarise_n_min_median_and_max():
+    assert measure.summarise([3, 1, 2]) == {"n": 3, "min": 1, "median": 2, "max": 3}
+    assert measure.summarise([1.0, 4.0]) == {"n": 2, "min": 1.0, "median": 2.5, "max": 4.0}
+    assert measure.summarise([None]) == {"n": 0, "min": None, "median": None, "max": None}
 
 
 def test_route_monitor_lines_parsed_with_wall_clock():

@@ -1,14 +1,32 @@
 """Turn probe reports into outage figures per fault (pure functions, unit-tested without root).
 
-A gap is measured on the sender's clock: the time between the last packet that got through before it
-and the first one after it, minus one normal packet interval, so a single lost packet at 1 kpps is a
-1 ms gap. A flow still silent when the fault is reverted was black-holed for the whole fault; flows
-that came back before the repair give the convergence time (``converged_gap_ms``).
+Definitions (docs/results.md, "How a fault's figures are defined", says the same in words):
+
+- A **gap** is measured on the sender's clock: from the last packet of a flow that got through before it to
+  the first one after it, less one sending interval, so a single lost packet at 1 kpps is a 1 ms gap. Its
+  lost packets are taken as sent evenly across it; its **first lost packet** was sent one step after the
+  last delivered one.
+- Every gap belongs to exactly one fault: the one during whose **window** its first lost packet was sent.
+  Fault k's window runs from its application to the next fault's (or the end of the run), both moved
+  ``IN_FLIGHT_S`` earlier: a packet sent that shortly before a fault may still be on the wire when it strikes.
+  Loss that began before the first fault's window belongs to no fault.
+- Of one fault's gaps, with the fault repaired at ``end``:
+  - **converged**: the gap closed before the repair (the fabric routed around the fault);
+  - **black-holed flow**: a gap that began with the fault's first effect (its earliest first lost packet,
+    within one sending interval plus ``EFFECT_GRACE_S``) and was still open at the repair;
+  - **silent at the repair**: any gap still open at the repair, however late it began;
+  - **after the repair**: a gap that began after the repair (a second outage the repair caused);
+  - **recovery after the repair**: from the repair until the last of the fault's gaps closed (every flow
+    delivers again); the fault **recovered** when every one of its gaps closed within its window and
+    none of its packets sent more than 1 s after the repair were lost.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+IN_FLIGHT_S = 0.05  # a packet sent this shortly before a fault is counted as the fault's (on the wire when it struck)
+EFFECT_GRACE_S = 0.01  # flows whose loss began this long (plus one interval) after the fault's first effect share it
 
 
 @dataclass
@@ -22,12 +40,26 @@ class Gap:
     def ms(self) -> float:
         return max(0.0, (self.end - self.start - self.interval) * 1000)
 
+    @property
+    def step(self) -> float:
+        """Time between the lost packets' send times (evenly spread across the gap)."""
+        return (self.end - self.start) / (self.missing + 1)
+
+    @property
+    def first_lost(self) -> float:
+        """When the first packet lost in this gap was sent (sender clock)."""
+        return self.start + self.step
+
+    def open_at(self, t: float) -> bool:
+        """The flow was silent at t: the gap began before it and its first delivery after is not earlier
+        than one interval before it (a packet due at t itself would have closed it)."""
+        return self.first_lost <= t and self.end >= t - self.interval
+
     def lost_sent_after(self, t: float) -> int:
         """Missing packets whose send time (evenly spread across the gap) is after t."""
         if self.missing <= 0:
             return 0
-        step = (self.end - self.start) / (self.missing + 1)
-        before = int((t - self.start) / step) if t > self.start else 0
+        before = int((t - self.start) / self.step) if t > self.start else 0
         return max(0, min(self.missing, self.missing - before))
 
 
@@ -64,37 +96,66 @@ def flows_of(stream: str, sender: dict, receiver: dict) -> list[Flow]:
     return out
 
 
+def belongs(g: Gap, start: float, window_end: float) -> bool:
+    """The gap is the fault's whose window [start, window_end) its first lost packet was sent in."""
+    return g.missing > 0 and start - IN_FLIGHT_S <= g.first_lost < window_end - IN_FLIGHT_S
+
+
+def gaps_of(flows: list[Flow], start: float, window_end: float) -> list[tuple[Flow, Gap]]:
+    """The fault's own gaps, each with its flow."""
+    return [(fl, g) for fl in flows for g in fl.gaps if belongs(g, start, window_end)]
+
+
+def converged(flows: list[Flow], start: float, end: float | None, window_end: float) -> list[Gap]:
+    """The fault's gaps that closed before its repair (or, for a fault never repaired, before its window
+    ended): the ones the fabric routed around."""
+    until = end if end is not None else window_end
+    return [g for _fl, g in gaps_of(flows, start, window_end) if g.first_lost < until and g.end < until - g.interval]
+
+
 def fault_metrics(flows: list[Flow], start: float, end: float | None, window_end: float) -> dict:
-    """Figures for one fault active over [start, end) whose effects are judged until window_end."""
-    affected, lost, longest, blackholed, converged = set(), 0, 0.0, set(), 0.0
-    lost_after = 0
-    first_loss = None
-    for fl in flows:
-        for g in fl.gaps:
-            if g.end <= start - g.interval or g.start >= window_end:
-                continue
-            affected.add((fl.stream, fl.flow))
-            lost += g.missing
-            longest = max(longest, g.ms)
-            first_loss = g.start if first_loss is None else min(first_loss, g.start)
-            if end is not None:
-                if g.start < end and g.end >= end - g.interval:  # silent from before the repair until it
-                    blackholed.add((fl.stream, fl.flow))
-                else:
-                    converged = max(converged, g.ms)
-                # sent from 1 s after the repair until the next fault: what follows is that fault's
-                lost_after += g.lost_sent_after(end + 1.0) - g.lost_sent_after(max(end + 1.0, window_end))
-    # Recovered: no flow is still silent when the window closes (later faults' gaps do not count).
-    silent = any(g.start < window_end <= g.end + g.interval for fl in flows for g in fl.gaps)
-    recovered = not silent and (end is None or lost_after == 0)
-    # How long after the repair the last black-holed flow delivered again.
-    after = [g.end - end for fl in flows for g in fl.gaps if end is not None and g.start < end <= g.end + g.interval]
-    return {"longest_gap_ms": round(longest, 1), "lost_packets": lost, "flows_affected": len(affected),
-            "flows": len(flows), "blackholed_flows": len(blackholed), "converged_gap_ms": round(converged, 1),
-            "lost_after_repair_1s": lost_after if end is not None else None,
-            "recovery_after_repair_ms": round(max(after) * 1000, 1) if after else (0.0 if end is not None else None),
-            "resumed": not silent, "recovered": recovered,
-            "first_loss_s": round(first_loss - start, 3) if first_loss is not None else None}
+    """Figures for one fault applied at ``start``, repaired at ``end`` (None: never), whose window ends at
+    ``window_end`` (the next fault, or the end of the run); only the gaps that belong to it count."""
+    own = gaps_of(flows, start, window_end)
+    effect = min((g.first_lost for _fl, g in own), default=None)
+    affected = {(fl.stream, fl.flow) for fl, _g in own}
+    conv = converged(flows, start, end, window_end)
+    blackholed, silent_at_repair, after = set(), set(), []
+    lost_after = lost_after_1s = 0
+    for fl, g in own:
+        if end is None:
+            continue
+        if g.open_at(end):
+            silent_at_repair.add((fl.stream, fl.flow))
+            if g.first_lost <= effect + g.interval + EFFECT_GRACE_S:
+                blackholed.add((fl.stream, fl.flow))
+        elif g.first_lost > end:
+            after.append(g)
+        lost_after += g.lost_sent_after(end)
+        lost_after_1s += g.lost_sent_after(end + 1.0)
+    still_open = [g for _fl, g in own if g.end >= window_end]  # a tail gap, or one running into the next window
+    resumed = not still_open
+    # How long after the repair the last of the fault's gaps closed (0: none was open at or after it).
+    closing = [g.end - end for _fl, g in own if end is not None and g.end >= end - g.interval]
+    return {"longest_gap_ms": round(max((g.ms for _fl, g in own), default=0.0), 1),
+            "lost_packets": sum(g.missing for _fl, g in own), "flows_affected": len(affected), "flows": len(flows),
+            "blackholed_flows": len(blackholed) if end is not None else None,
+            "silent_at_repair_flows": len(silent_at_repair) if end is not None else None,
+            "converged_gap_ms": round(max((g.ms for g in conv), default=0.0), 1),
+            "after_repair_gap_ms": round(max((g.ms for g in after), default=0.0), 1) if end is not None else None,
+            "lost_after_repair": lost_after if end is not None else None,
+            "lost_after_repair_1s": lost_after_1s if end is not None else None,
+            "recovery_after_repair_ms": (round(max(0.0, max(closing, default=0.0)) * 1000, 1)
+                                         if end is not None else None),
+            "resumed": resumed, "recovered": resumed and (end is None or lost_after_1s == 0),
+            "first_loss_s": round(effect - start, 3) if effect is not None else None}
+
+
+def unattributed_loss(flows: list[Flow], first_fault: float | None) -> int:
+    """Packets lost in gaps that began before the first fault's window (the fabric was not quiet)."""
+    if first_fault is None:
+        return sum(g.missing for fl in flows for g in fl.gaps)
+    return sum(g.missing for fl in flows for g in fl.gaps if g.missing > 0 and g.first_lost < first_fault - IN_FLIGHT_S)
 
 
 def totals(flows: list[Flow]) -> dict:
@@ -120,10 +181,11 @@ def series(receiver: dict, src: str, t0: float) -> list[tuple[float, float]]:
 
 
 def summarise(values: list[float | int | None]) -> dict:
-    """Median and max over repetitions (None values, e.g. not applicable, are left out)."""
+    """n, min, median and max over repetitions (None values, e.g. not applicable, are left out; ``n`` counts
+    the ones left in)."""
     v = sorted(x for x in values if x is not None)
     if not v:
-        return {"median": None, "max": None}
+        return {"n": 0, "min": None, "median": None, "max": None}
     mid = len(v) // 2
     med = v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
-    return {"median": round(med, 1) if isinstance(med, float) else med, "max": v[-1]}
+    return {"n": len(v), "min": v[0], "median": round(med, 1) if isinstance(med, float) else med, "max": v[-1]}

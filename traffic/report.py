@@ -11,8 +11,10 @@ from hpnlab.traffic.experiment import Plan
 
 TIMELINE_EVENTS = 400  # per fault in results.json (a segment's FIB changes run to thousands)
 SPLIT = ("detection_ms", "protocol_ms", "delivery_ms", "cpu_ms")
-METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows", "converged_gap_ms",
-           "lost_after_repair_1s", "recovery_after_repair_ms")
+METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows", "silent_at_repair_flows",
+           "converged_gap_ms", "after_repair_gap_ms", "lost_after_repair", "lost_after_repair_1s",
+           "recovery_after_repair_ms")
+WORKLOAD_METRICS = ("throughput_pct", "longest_halt_ms", "recovery_ms", "halt_after_repair_ms")
 
 
 # --- workload ------------------------------------------------------------------------------------------------
@@ -30,6 +32,14 @@ def workload_window(w: dict | None, t0: float, base_end: float, start: float, en
     if not w or w.get("kind") not in workloads.REGISTRY:
         return {}
     return workloads.get(w["kind"]).window(w, t0, base_end, start, end)
+
+
+def workload_recovery(w: dict | None, t0: float, base_end: float, repair: float | None, window_end: float) -> dict:
+    """After a repair: how long until the workload ran at 90 % of its baseline again (the paper's Fig. 18a
+    is about this), and its longest halt after the repair."""
+    if not w or repair is None or w.get("kind") not in workloads.REGISTRY:
+        return {}
+    return workloads.get(w["kind"]).recovery(w, t0, base_end, repair, window_end)
 
 
 # --- one repetition ------------------------------------------------------------------------------------------
@@ -56,7 +66,8 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
         fail = entry["route_monitor"]["failure"]
         entry["routes_first_ms"] = min((v["first_ms"] for v in fail.values()), default=None)
         entry["routes_last_ms"] = max((v["last_ms"] for v in fail.values()), default=None)
-        entry["workload"] = workload_window(workload, t0, first_fault, start, stop or window_end)
+        entry["workload"] = {**workload_window(workload, t0, first_fault, start, stop or window_end),
+                             **workload_recovery(workload, t0, first_fault, stop, window_end)}
         entry["emulator"] = emulator_verdict(meter or {}, entry, start, window_end)
         tline = timeline.build(f, window_end, agent_events or {}, events, allflows, entry["emulator"]["late_ms"])
         entry["timeline"] = {**tline, "events": tline["events"][:TIMELINE_EVENTS],
@@ -71,6 +82,8 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
                         "max_lag_ms": tx["max_lag_ms"], "unsent": tx.get("unsent", 0),
                         "series": measure.series(receivers[name], tx["src"], t0)}
     return {"t0": t0, "faults": faults, "probes": probes,
+            "lost_before_faults": measure.unattributed_loss([fl for v in streams.values() for fl in v],
+                                                            first_fault if tl else None),
             "emulator": lateness.run_summary(without_frozen(meter or {}, tl), t0, end_run),
             "workload": {**({k: v for k, v in workload.items() if k not in ("iterations", "intervals")} if workload else {}),
                          "series": rate_series(workload, t0),
@@ -100,18 +113,21 @@ def without_frozen(meter: dict, faults_: list[dict]) -> dict:
 
 # --- across repetitions --------------------------------------------------------------------------------------
 def aggregate(runs: list[dict]) -> list[dict]:
-    """Per fault: median and max of every figure over the repetitions; recovered only if every run recovered."""
+    """Per fault: n, min, median and max of every figure over the repetitions; recovered only if every run
+    recovered (``recovered_runs`` says how many did)."""
     out = []
     for k in range(max((len(r["faults"]) for r in runs), default=0)):
         rows = [r["faults"][k] for r in runs if len(r["faults"]) > k]
         e = {"fault": rows[0]["fault"], "kind": rows[0]["kind"], "at": rows[0]["at"], "until": rows[0]["until"],
-             "repetitions": len(rows), "recovered": all(x["recovered"] for x in rows)}
+             "repetitions": len(rows), "recovered": all(x["recovered"] for x in rows),
+             "recovered_runs": sum(bool(x["recovered"]) for x in rows)}
         for m in METRICS + ("routes_first_ms", "routes_last_ms"):
-            e[m] = measure.summarise([x[m] for x in rows])
+            e[m] = measure.summarise([x.get(m) for x in rows])
         e["streams"] = {}
         for s in rows[0]["streams"]:
-            e["streams"][s] = {m: measure.summarise([x["streams"][s][m] for x in rows]) for m in METRICS}
+            e["streams"][s] = {m: measure.summarise([x["streams"][s].get(m) for x in rows]) for m in METRICS}
             e["streams"][s]["recovered"] = all(x["streams"][s]["recovered"] for x in rows)
+            e["streams"][s]["recovered_runs"] = sum(bool(x["streams"][s]["recovered"]) for x in rows)
         sp = [x["timeline"]["split"] for x in rows if x.get("timeline") and x["timeline"]["split"].get("gap_ms")]
         if sp:
             e["split"] = {m: measure.summarise([x.get(m) for x in sp]) for m in ("gap_ms", "began_ms", "gap_closed_ms") + SPLIT}
@@ -122,8 +138,10 @@ def aggregate(runs: list[dict]) -> list[dict]:
             e["emulator"]["flagged"] = sum(bool(x["flagged"]) for x in em)
             e["emulator"]["judged"] = len(em)
         if rows[0]["workload"]:
-            e["workload"] = {m: measure.summarise([x["workload"].get(m) for x in rows])
-                             for m in ("throughput_pct", "longest_halt_ms")}
+            e["workload"] = {m: measure.summarise([x["workload"].get(m) for x in rows]) for m in WORKLOAD_METRICS}
+            rec = [x["workload"]["recovered"] for x in rows if "recovered" in x["workload"]]
+            if rec:
+                e["workload"]["recovered_runs"], e["workload"]["judged"] = sum(rec), len(rec)
         out.append(e)
     return out
 
@@ -137,24 +155,52 @@ def probe_rates(runs: list[dict]) -> dict:
 
 # --- output --------------------------------------------------------------------------------------------------
 def _mm(d: dict | None, unit: str = "") -> str:
+    """min/median/max over the repetitions (one figure where one repetition gave it), so a stalled or
+    black-holed repetition shows however the others went."""
     if not d or d.get("median") is None:
         return "-"
-    return f"{d['median']:g}/{d['max']:g}{unit}"
+    if d.get("n", 0) == 1 or "min" not in d:
+        return f"{d['median']:g}{unit}"
+    return f"{d['min']:g}/{d['median']:g}/{d['max']:g}{unit}"
+
+
+def _runs(ok: int, n: int) -> str:
+    return "yes" if ok == n else f"NO {n - ok}/{n}"
 
 
 # summary.txt's columns and the results.json key (of variants.<v>.faults[]) each shows; docs/results.md
 # explains every one (tests/test_docs.py keeps the two in step).
-COLUMNS = [("variant", None), ("fault", "fault"), ("stream", "streams"), ("longest gap ms", "longest_gap_ms"),
-           ("lost", "lost_packets"), ("flows hit", "flows_affected"), ("black-holed", "blackholed_flows"),
-           ("converged ms", "converged_gap_ms"), ("routes ms", "routes_last_ms"),
-           ("lost >1s after", "lost_after_repair_1s"), ("recovered", "recovered"),
-           ("workload %", "workload.throughput_pct"), ("emulator late ms", "emulator.late_ms"),
+COLUMNS = [("variant", None), ("fault", "fault"), ("stream", "streams"), ("n", "repetitions"),
+           ("converged ms", "converged_gap_ms"), ("black-holed", "blackholed_flows"),
+           ("silent at repair", "silent_at_repair_flows"), ("longest gap ms", "longest_gap_ms"),
+           ("lost", "lost_packets"), ("flows hit", "flows_affected"), ("routes ms", "routes_last_ms"),
+           ("recovery ms", "recovery_after_repair_ms"), ("lost after repair", "lost_after_repair"),
+           ("recovered", "recovered"), ("workload %", "workload.throughput_pct"),
+           ("workload back ms", "workload.recovery_ms"), ("emulator late ms", "emulator.late_ms"),
            ("flagged", "emulator.flagged")]
+
+
+def _fault_row(f: dict, m: dict, vname: str, stream: str, n: int) -> list[str]:
+    """One row: the fault's figures over every stream (``m`` is ``f``) or one stream's."""
+    top = m is f
+    wl, em = (f.get("workload") or {}) if top else {}, f.get("emulator") if top else None
+    ok = m.get("recovered_runs", n if m["recovered"] else 0)
+    back = _mm(wl.get("recovery_ms"))
+    if back != "-" and wl.get("judged") and wl.get("recovered_runs", 0) < wl["judged"]:
+        back += f" (not back in {wl['judged'] - wl['recovered_runs']})"
+    return [vname if top else "", f["fault"] if top else "", stream, str(n) if top else "",
+            _mm(m["converged_gap_ms"]), _mm(m["blackholed_flows"]), _mm(m.get("silent_at_repair_flows")),
+            _mm(m["longest_gap_ms"]), _mm(m["lost_packets"]), _mm(m["flows_affected"]),
+            _mm(f["routes_last_ms"]) if top else "", _mm(m.get("recovery_after_repair_ms")),
+            _mm(m.get("lost_after_repair")), _runs(ok, n), _mm(wl.get("throughput_pct")) if top else "",
+            back if top else "", _mm(em["late_ms"]) if em else ("-" if top else ""),
+            ((f"{em['flagged']}/{em['judged']}" + (" FLAG" if em["flagged"] else "")) if em else "-") if top else ""]
 
 
 def summary_table(results: dict) -> str:
     lines = [f"experiment {results['experiment']}: {results['repetitions']} repetition(s) x "
-             f"{results['duration']:g} s; figures are median/max over repetitions"]
+             f"{results['duration']:g} s; each figure is min/median/max over the n repetitions (one figure "
+             f"where n is 1); docs/results.md defines every column"]
     hdr = [c for c, _key in COLUMNS]
     rows: list[list[str]] = []
     errors: list[str] = []
@@ -163,24 +209,22 @@ def summary_table(results: dict) -> str:
             rows.append([vname, "FAILED", "(see below)"] + [""] * (len(hdr) - 3))
             errors.append(f"{vname}: {v['error']}")
         for f in v["faults"]:
-            wl = _mm(f.get("workload", {}).get("throughput_pct"))
-            em = f.get("emulator")
-            rows.append([vname, f["fault"], "all", _mm(f["longest_gap_ms"]), _mm(f["lost_packets"]),
-                         _mm(f["flows_affected"]), _mm(f["blackholed_flows"]), _mm(f["converged_gap_ms"]),
-                         _mm(f["routes_last_ms"]), _mm(f["lost_after_repair_1s"]), "yes" if f["recovered"] else "NO", wl,
-                         _mm(em["late_ms"]) if em else "-",
-                         (f"{em['flagged']}/{em['judged']}" + (" FLAG" if em["flagged"] else "")) if em else "-"])
+            n = f.get("repetitions", results["repetitions"])
+            rows.append(_fault_row(f, f, vname, "all", n))
             for s, m in f["streams"].items():
-                rows.append(["", "", s, _mm(m["longest_gap_ms"]), _mm(m["lost_packets"]), _mm(m["flows_affected"]),
-                             _mm(m["blackholed_flows"]), _mm(m["converged_gap_ms"]), "",
-                             _mm(m["lost_after_repair_1s"]), "yes" if m["recovered"] else "NO", "", "", ""])
+                rows.append(_fault_row(f, m, vname, s, n))
         if not v["faults"]:
-            rows.append([vname, "(no fault)", "all", "", str(sum(p["lost"] for r in v["runs"] for p in r["probes"].values())),
-                         "", "", "", "", "", "", "", "", ""])
+            rows.append([vname, "(no fault)", "all", str(len(v["runs"])), "", "", "", "",
+                         str(sum(p["lost"] for r in v["runs"] for p in r["probes"].values()))] + [""] * (len(hdr) - 9))
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(hdr)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(hdr, widths)))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(hdr, widths)).rstrip())
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines += [f"FAILED {e}" for e in errors]
+    before = [(vname, k + 1, r["lost_before_faults"]) for vname, v in results["variants"].items()
+              for k, r in enumerate(v.get("runs", [])) if r.get("lost_before_faults")]
+    if before:
+        lines.append("lost before the first fault (no fault's): " + ", ".join(
+            f"{vn} repetition {k}: {n} packets" for vn, k, n in before))
     pr = results.get("probe_rate", {})
     if pr.get("max_rate_error_pct") is not None:
         lines.append(f"probe senders: worst deviation from the requested rate {pr['max_rate_error_pct']:g} %"
@@ -192,18 +236,20 @@ def summary_table(results: dict) -> str:
 
 
 def split_lines(results: dict) -> list[str]:
-    """Where each converged gap's milliseconds went (the timeline's split, median over repetitions)."""
+    """Where each converged gap's milliseconds went (the timeline's split, min/median/max over repetitions;
+    the parts of one repetition add up, their medians need not)."""
     out = []
     for vname, v in results["variants"].items():
         for f in v.get("faults", []):
             sp = f.get("split")
             if not sp:
                 continue
-            med = {k: (sp[k]["median"] if sp.get(k) else None) for k in ("gap_ms", "began_ms", "gap_closed_ms") + SPLIT}
-            out.append(f"timeline {vname} / {f['fault']}: longest converged gap {med['gap_ms']} ms, closed "
-                       f"{med['gap_closed_ms']} ms after it began = detection {med['detection_ms']} + protocol "
-                       f"{med['protocol_ms']} + delivery {med['delivery_ms']} ms; waiting for CPU at most "
-                       f"{med['cpu_ms']} ms of it (medians)")
+            mm = {k: _mm(sp.get(k)) for k in ("gap_ms", "began_ms", "gap_closed_ms") + SPLIT}
+            n = (sp.get("gap_ms") or {}).get("n", 1)
+            out.append(f"timeline {vname} / {f['fault']} ({n} of {f.get('repetitions', n)} repetitions converged): "
+                       f"longest converged gap {mm['gap_ms']} ms, closed {mm['gap_closed_ms']} ms after it began = "
+                       f"detection {mm['detection_ms']} + protocol {mm['protocol_ms']} + delivery "
+                       f"{mm['delivery_ms']} ms; waiting for CPU at most {mm['cpu_ms']} ms of it (min/median/max)")
     return out
 
 
@@ -225,8 +271,9 @@ def emulator_lines(results: dict) -> list[str]:
 
 
 def plot(results: dict, path: Path) -> Path | None:
-    """One panel per variant: workload throughput (% of its baseline) and per-stream probe delivery
-    (% of the sent rate) over time, from the first repetition; faults shaded."""
+    """One panel per variant: the workload's throughput (% of its baseline) of every repetition, one line
+    each, and each probe stream's delivery (% of its sending rate) as the median over the repetitions with
+    their min-max band; faults shaded (as applied in repetition 1)."""
     try:
         import matplotlib
 
@@ -237,35 +284,57 @@ def plot(results: dict, path: Path) -> Path | None:
     variants = [(n, v) for n, v in results["variants"].items() if v.get("runs")]
     if not variants:
         return None
-    fig, axes = plt.subplots(len(variants), 1, figsize=(12.5, 2.7 * len(variants)), sharex=True, squeeze=False)
+    dur = results["duration"]
+    nbins = max(1, int(round((dur - 0.1) / BIN_S)))  # the last 100 ms: the senders stop, not the fabric
+    xs = [(k + 0.5) * BIN_S for k in range(nbins)]
+    fig, axes = plt.subplots(len(variants), 1, figsize=(12.5, 2.9 * len(variants)), sharex=True, squeeze=False)
     for ax, (name, v) in zip(axes[:, 0], variants):
-        run = v["runs"][0]
-        wl = run["workload"]
-        base = (wl.get("baseline") or {}).get("baseline_rate") or (wl.get("baseline") or {}).get("baseline_gbps")
-        if wl.get("series") and base:
-            xs, ys = zip(*wl["series"])
-            label = workloads.get(wl["kind"]).series_label
-            ax.plot(xs, [100 * y / base for y in ys], color="black", lw=1.8, label=f"{label} (% of baseline)")
-        for sname, p in run["probes"].items():
-            per_bin = p["requested_pps"]
-            xs, ys = _rebin([pt for pt in p["series"] if pt[0] < results["duration"] - 0.1], BIN_S)
-            if not xs:  # nothing delivered: a flat line at 0, never left out of the picture
-                xs, ys = [0.0, results["duration"]], [0.0, 0.0]
+        runs = v["runs"]
+        shades = ["black", "dimgrey", "darkgrey", "saddlebrown", "olive", "teal"]
+        for k, run in enumerate(runs):
+            wl = run["workload"]
+            base = (wl.get("baseline") or {}).get("baseline_rate") or (wl.get("baseline") or {}).get("baseline_gbps")
+            if wl.get("series") and base:
+                wx, wy = zip(*wl["series"])
+                label = workloads.get(wl["kind"]).series_label
+                ax.plot(wx, [100 * y / base for y in wy], color=shades[k % len(shades)], lw=1.6 if k == 0 else 1.1,
+                        ls=("-", "--", ":", "-.")[k % 4], label=f"{label}, repetition {k + 1} (% of baseline)")
+        with_series = [r for r in runs if any(p.get("series") is not None for p in r["probes"].values())]
+        for sname in (runs[0]["probes"] if runs else {}):
+            per_run = []
+            for r in with_series:
+                p = r["probes"].get(sname)
+                if not p or p.get("series") is None:
+                    continue
+                grid = _grid([pt for pt in p["series"] if pt[0] < dur - 0.1], BIN_S, nbins)
+                per_run.append([100 * y / p["requested_pps"] for y in grid])
+            if not per_run:
+                continue
+            cols = list(zip(*per_run))
+            med = [sorted(c)[len(c) // 2] if len(c) % 2 else sum(sorted(c)[len(c) // 2 - 1:len(c) // 2 + 1]) / 2
+                   for c in cols]
+            n = len(per_run)
+            if all(y == 0 for y in med) and all(max(c) == 0 for c in cols):
                 label = f"probe {sname}: nothing delivered"
             else:
-                label = f"probe {sname} (% delivered)"
-            ax.plot(xs, [100 * y / per_bin for y in ys], lw=1, alpha=0.8, label=label)
-        for f in run["faults"]:
+                label = f"probe {sname} (% delivered, " + (f"median of {n}, band min-max)" if n > 1 else "1 run)")
+            line, = ax.plot(xs, med, lw=1, alpha=0.9, label=label)
+            if n > 1:
+                ax.fill_between(xs, [min(c) for c in cols], [max(c) for c in cols], color=line.get_color(),
+                                alpha=0.18, lw=0)
+        for f in runs[0]["faults"]:
             a = f["applied_s"]
-            b = f["reverted_s"] if f["reverted_s"] is not None else results["duration"]
+            b = f["reverted_s"] if f["reverted_s"] is not None else dur
             ax.axvspan(a, b, color="tab:red", alpha=0.12)
             ax.text(a, 103, f["fault"], fontsize=7, color="tab:red", va="bottom")
         ax.set_ylim(-5, 125)
-        ax.set_xlim(0, results["duration"])
+        ax.set_xlim(0, dur)
         ax.set_ylabel(f"% per {BIN_S * 1000:g} ms")
-        reps = len(v["runs"])
-        shown = f" (repetition 1 of {reps}; summary.txt has all {reps})" if reps > 1 else ""
-        ax.set_title(f"{name}: {v.get('description', '')}"[:100] + shown, fontsize=9, loc="left")
+        reps = len(runs)
+        shown = (f" ({reps} repetitions, every one drawn)" if len(with_series) == reps else
+                 f" ({reps} repetitions; probes of {len(with_series)} drawn, the others kept no series)")
+        ax.set_title(f"{name}: {v.get('description', '')}"[:100] + (shown if reps > 1 else " (1 repetition)"),
+                     fontsize=9, loc="left")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # off the data
     axes[-1, 0].set_xlabel(f"seconds since traffic start (bins of {BIN_S * 1000:g} ms; shaded: fault active)")
@@ -279,16 +348,15 @@ def plot(results: dict, path: Path) -> Path | None:
 BIN_S = 0.1  # the plot's bin width
 
 
-def _rebin(series: list, width: float) -> tuple[list[float], list[float]]:
-    bins: dict[int, float] = {}
-    if not series:
-        return [], []
+def _grid(series: list, width: float, nbins: int) -> list[float]:
+    """A receiver's (t, packets/s) bins summed into ``nbins`` bins of ``width`` from 0 (packets/s each; 0
+    where nothing arrived)."""
     from hpnlab.node.probe import BIN_MS
 
     step = BIN_MS / 1000  # the receiver's bins: rate * step = packets
+    out = [0.0] * nbins
     for t, r in series:
-        k = int(t / width)
-        bins[k] = bins.get(k, 0.0) + r * step
-    lo, hi = min(bins), max(bins)
-    xs = [(k + 0.5) * width for k in range(lo, hi + 1)]
-    return xs, [bins.get(k, 0.0) / width for k in range(lo, hi + 1)]
+        k = int(t / width + 1e-6)  # a bin's own start time, not the one before it, despite float rounding
+        if 0 <= k < nbins:
+            out[k] += r * step / width
+    return out

@@ -58,13 +58,12 @@ def events(agent_events: dict[str, list], route_events: list[dict], origin: floa
 
 
 def split(evs: list[dict], flows: list[measure.Flow], applied: float, reverted: float | None,
-          late_ms: float) -> dict:
+          late_ms: float, window_end: float = float("inf")) -> dict:
     """Detection / protocol / delivery of the longest gap that closed before the repair (ms), counted from
     when that gap began: the fault, or later for a gap a fault caused later (a link's third flap, LACP
-    expiring 3 s into a one-way failure)."""
-    end = reverted if reverted is not None else float("inf")
-    closed = [g for fl in flows for g in fl.gaps
-              if g.missing > 0 and g.end > applied and g.start < end and g.end < end]
+    expiring 3 s into a one-way failure). The gap is the one the summary's ``converged ms`` reports: of
+    the fault's own gaps (``measure.converged``), never another fault's."""
+    closed = measure.converged(flows, applied, reverted, window_end)
     if not closed:
         return {"gap_ms": None, "why": "no flow converged before the repair (black-holed, or not hit)"}
     g = max(closed, key=lambda x: x.ms)
@@ -101,7 +100,7 @@ def build(fault: dict, window_end: float, agent_events: dict[str, list], route_e
     evs = events(agent_events, route_events, a, a - 0.05, window_end)
     rev = fault.get("reverted") if fault.get("until") is not None else None
     return {"fault": fault["label"], "applied": a, "reverted_ms": round((rev - a) * 1000, 1) if rev else None,
-            "events": evs, "split": split(evs, flows, a, rev, late_ms)}
+            "events": evs, "split": split(evs, flows, a, rev, late_ms, window_end)}
 
 
 COLOURS = {"carrier": "tab:red", "micro-bfd": "tab:orange", "lacp": "tab:purple", "neighbour": "tab:cyan",
