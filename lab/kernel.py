@@ -199,6 +199,34 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) ->
     return out
 
 
+CONGESTION_AVAILABLE = "net/ipv4/tcp_available_congestion_control"
+MODULES = Path("/lib/modules")
+
+
+def congestion_controls(proc_sys: Path = PROC_SYS, modules: Path = MODULES, rel: str | None = None) \
+        -> tuple[list[str], list[str]]:
+    """(TCP congestion controls the kernel has now, those it can load: a tcp_<name> module of this
+    release). A socket asking for a loadable one loads it (CAP_NET_ADMIN, which the node programs have)."""
+    try:
+        have = (proc_sys / CONGESTION_AVAILABLE).read_text().split()
+    except OSError:
+        have = []
+    mods = (modules / (rel or release()) / "kernel" / "net" / "ipv4").glob("tcp_*.ko*")
+    loadable = sorted({m.name.split(".", 1)[0].removeprefix("tcp_") for m in mods} - {"diag"} - set(have))
+    return have, loadable
+
+
+def congestion_refusal(name: str, have: list[str], loadable: list[str], rel: str | None = None) -> str | None:
+    """Why workload.congestion ``name`` cannot run on this kernel (one line: the field and the fix), or None.
+    A kernel that lists nothing (no /proc) is not judged: the node programs refuse it themselves."""
+    if not have or name in have or name in loadable:
+        return None
+    can = ", ".join(have) + (f"; loadable: {', '.join(loadable)}" if loadable else "")
+    return (f"experiment field 'workload.congestion': kernel {rel or release()} has no TCP congestion control "
+            f"'{name}' (it has {can}); choose one of those (cubic is Debian's and Ubuntu's default), or use a "
+            f"kernel built with it (CONFIG_TCP_CONG_{name.upper()})")
+
+
 def report(have: dict[str, bool] | None = None) -> list[dict]:
     """``hpnlab doctor``: every feature, whether this kernel has it, and what a lab gets without it."""
     have = have if have is not None else probe_all()

@@ -79,9 +79,12 @@ def test_measure_retries_a_flagged_run_and_returns_the_first_unflagged(monkeypat
     results = iter([ProbeResult(1, 0, 0, 0, True, 0, 1, 1, emulator={"flagged": True}),
                     ProbeResult(2, 0, 0, 0, True, 0, 1, 1, emulator={"flagged": False}),
                     ProbeResult(3, 0, 0, 0, True, 0, 1, 1)])
-    assert lab.measure(lambda: next(results), attempts=3).longest_gap_ms == 2 and waits == [60]
+    first = lab.measure(lambda: next(results), attempts=3)
+    assert first.longest_gap_ms == 2 and waits == [60]
+    assert [d["longest_gap_ms"] for d in first.discarded] == [1]  # the flagged attempt is kept, not lost
     always = lab.measure(lambda: ProbeResult(9, 0, 0, 0, True, 0, 1, 1, emulator={"flagged": True}), attempts=2)
-    assert always.flagged and waits == [60, 60]
+    assert always.flagged and waits == [60, 60] and len(always.discarded) == 1
+    assert always.to_dict()["discarded"][0]["emulator"]["flagged"] is True
     with pytest.raises(SpecError, match="attempts"):
         lab.measure(lambda: None, attempts=0)
 

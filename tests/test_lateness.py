@@ -231,3 +231,39 @@ def test_every_fault_of_a_repetition_gets_its_verdict_and_timeline():
     # the hung ToR's own agent is the fault's doing; the sender's 40 ms is the machine's, in a 300 ms gap
     assert second["emulator"]["late_ms"] == 40.0 and second["emulator"]["flagged"]
     assert second["timeline"]["split"]["gap_ms"] == pytest.approx(291.0, abs=0.1)
+
+
+def test_every_figure_has_its_own_bound_and_window():
+    """link-failure-segment dual-tor: 42-53 ms late beside a 4 s black hole (bound 400 ms) left 'routes ms
+    270' unflagged; judged on its own (bound 27 ms) it is flagged."""
+    from hpnlab.traffic import measure, report
+
+    t = 1000.0
+    meter = {"senders": {}, "agents": {"s0r0a": {"bins": [[t + 0.1, 45.0]]}}, "cpu": [], "tasks": {}}
+    entry = {"kind": "link-down", "node": "s0h0", "longest_gap_ms": 4000.0, "converged_gap_ms": 0.0, "routes_last_ms": 270.0,
+             "recovery_after_repair_ms": 12.0}
+    em = report.emulator_verdict(meter, entry, t, t + 7, t + 4, [])
+    assert em["figures"]["longest_gap_ms"]["flagged"] is False and em["figures"]["longest_gap_ms"]["bound_ms"] == 400.0
+    assert em["figures"]["routes_last_ms"] == {"late_ms": 45.0, "bound_ms": 27.0, "flagged": True}
+    assert em["figures"]["recovery_after_repair_ms"]["flagged"] is False  # nothing late after the repair
+    assert em["flagged"] is True and em["flagged_figures"] == ["routes_last_ms"]
+    conv = [measure.Gap(t, t + 0.13, 30, 0.004)]
+    em2 = report.emulator_verdict(meter, {**entry, "longest_gap_ms": 126.0, "converged_gap_ms": 126.0}, t, t + 7,
+                                  t + 4, conv)
+    assert em2["figures"]["converged_gap_ms"]["flagged"] is True
+
+
+def test_frr_daemons_run_queue_wait_is_a_witness():
+    t = 1000.0
+    tasks = {"labels": ["s0r0a/bgpd", "agg0-0/zebra", lateness.CONTROLLER],
+             "samples": [[t, [0, 0, 0]], [t + 0.1, [30e6, 2e6, 1e6]], [t + 0.2, [60e6, 2e6, 1e6]]]}
+    w = lateness.window({"senders": {}, "agents": {}, "cpu": [], "tasks": tasks}, t, t + 0.2)
+    assert (w["frr_wait_ms"], w["frr_wait_daemon"], w["frr_wait_total_ms"], w["controller_wait_ms"]) == \
+        (60.0, "s0r0a/bgpd", 62.0, 1.0)
+    assert w["late_ms"] == 60.0 and lateness.verdict(200.0, w)["flagged"] is True
+    # a task that exited (None) is left out, not read as zero
+    gone = {"labels": ["x/bgpd"], "samples": [[t, [5e6]], [t + 0.1, [None]]]}
+    assert lateness.task_window(gone, t, t + 0.1)["frr_wait_ms"] is None
+    # the reader: this process's own main thread
+    import os
+    assert lateness.run_queue_wait_ns(os.getpid()) is not None and lateness.run_queue_wait_ns(2 ** 22 + 7) is None

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from hpnlab.traffic import balance
+from hpnlab.traffic.workloads.base import congestion_of
 
 PORT = 5300
 
@@ -41,6 +42,7 @@ def result(plan, run_dir: Path) -> dict:
     cfgs = plan.cfgs
     flows = json.loads((run_dir / "flows.json").read_text())
     senders = [json.loads(p.read_text()) for p in sorted(run_dir.glob("elephant-tx-*.json"))]
+    receivers = [json.loads(p.read_text()) for p in sorted(run_dir.glob("elephant-rx-*.json"))]
     stats = {p.stem.removeprefix("linkstats-"): json.loads(p.read_text()) for p in run_dir.glob("linkstats-*.json")}
     t0 = min((s["start"] for s in senders), default=0.0)
     done = [s["completion_s"] for s in senders]
@@ -77,7 +79,7 @@ def result(plan, run_dir: Path) -> dict:
     # the NIC whose two ports differ most (Fig. 13's picture), its busiest queue breaking ties
     hot = max(nics, key=lambda k: (nics[k]["ratio"] or 0, max(nics[k]["peak_backlog"]))) if nics else None
     return {"kind": "elephant", "select": plan.workload.select, "flows": len(flows), "complete": complete,
-            "completion_s": max(done) if complete else None, "t0": t0,
+            "completion_s": max(done) if complete else None, "t0": t0, "congestion": congestion_of(senders + receivers),
             "downlink_ratio_max": (math.inf if len(finite) < len(ratios) else max(finite)) if ratios else None,
             "downlink_ratio_median": sorted(ratios)[len(ratios) // 2] if ratios else None,
             "peak_backlog_max": max(queues.values(), default=0),

@@ -210,8 +210,11 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
         with shielded("writing the partial results"):
             dropped = drop_incomplete(out)
             results["partial"] = f"interrupted ({str(e) or 'SIGINT'}); only the repetitions that finished are in it"
-            for v in results["variants"].values():
-                v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+            for plan in exp.plans:
+                v = results["variants"].get(plan.name)
+                if v is not None:
+                    v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+                    v["congestion"] = congestion_record(plan, v["runs"])
             results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
             results["finished"] = time.time()
             write_results(results, out)
@@ -224,12 +227,16 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
 
 
 def refuse_on_this_kernel(exp: Experiment, runtime: str) -> None:
-    """Before any lab: a variant this kernel cannot run (hpnlab.kernel) refuses the whole run in one line."""
+    """Before any lab: a variant this kernel cannot run (hpnlab.kernel) refuses the whole run in one line;
+    so does a workload's TCP congestion control the kernel neither has nor can load."""
     if not runtimes.get(runtime).shares_kernel:
         return
     have = kernel.probe_all()
+    ccs = kernel.congestion_controls()
     for plan in exp.plans:
         refusal = kernel.assess(plan.spec, have).refusal
+        if not refusal and workloads.get(plan.workload.kind).tcp:
+            refusal = kernel.congestion_refusal(plan.workload.congestion, *ccs)
         if refusal:
             raise kernel.KernelError(f"variant '{plan.name}': {refusal}")
 
@@ -251,7 +258,16 @@ def variant_record(plan: Plan) -> dict:
             "access": plan.spec.access, "tier2": plan.spec.tier2,
             "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
             "multipath": plan.spec.multipath.model_dump(), "links": plan.spec.links.model_dump(),
-            "faults_planned": [f.to_dict() for f in plan.faults], "runs": []}
+            "congestion": congestion_record(plan, []), "faults_planned": [f.to_dict() for f in plan.faults],
+            "runs": []}
+
+
+def congestion_record(plan: Plan, runs: list[dict], requested: str | None = None) -> dict:
+    """A variant's TCP: the congestion control its workload asked for (None: its workload sends no TCP)
+    and the ones its sockets reported running, over the repetitions (``ran``)."""
+    kind = workloads.get(plan.workload.kind)
+    ran = {n for r in runs for n in ((r.get("workload") or {}).get("congestion") or "").split(",") if n}
+    return {"requested": requested or (plan.workload.congestion if kind.tcp else None), "ran": sorted(ran)}
 
 
 def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: Progress, up_timeout: float,
@@ -292,6 +308,7 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
                 progress(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
                 lab.down(progress)
     v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+    v["congestion"] = congestion_record(plan, v["runs"])
     v.update(kind.aggregate(v["runs"]))
 
 
@@ -372,6 +389,8 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
         v["runs"] = runs
         v["faults"] = report.aggregate(runs) if runs else []
         v.update(workloads.get(plan.workload.kind).reanalyse(v, out / "raw" / plan.name, plan, runs))
+        if isinstance(v.get("congestion"), dict):  # what the run asked for, even if the file changed since
+            v["congestion"] = congestion_record(plan, runs, v["congestion"].get("requested"))  # (older: none)
     old["probe_rate"] = report.probe_rates([r for v in old["variants"].values() for r in v["runs"]])
     old["reanalysed"] = time.time()
     return old

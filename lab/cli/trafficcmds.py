@@ -45,6 +45,7 @@ def run_cmd(args) -> int:
         runner.check_raw(exp, out)  # every repetition's raw data, or nothing is written
         results = runner.reanalyse(exp, out)
     else:
+        runner.refuse_on_this_kernel(exp, args.runtime)  # one line, before anything is printed or created
         bar = Progress(quiet=args.json)
         bar.phase(f"experiment {exp.name}: {len(exp.plans)} variant(s) x {exp.doc.repetitions} repetition(s) x "
                   f"{exp.doc.duration:g} s -> {out}")

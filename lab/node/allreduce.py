@@ -10,6 +10,9 @@ stalls the whole ring, as in training. Two ways to carry a step (DESIGN: dual-pl
   segment goes to the connection with the fewest unacknowledged bytes (SIOCOUTQ), and a connection whose
   acknowledgements stop moving is drained: its unacknowledged segments are re-sent on the others
   (the receiver drops duplicates), the host-side path selection of the paper's §6.1 / Appendix B.
+
+Every connection runs ``--congestion`` (default cubic; hpnlab.node.tcpcc: set per socket, a refusal exits 1)
+and the report says which algorithm they ran (``congestion``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import struct
 import sys
 import time
 
+from hpnlab.node import tcpcc
 from hpnlab.node.reports import write_json
 
 FRAME = struct.Struct("!IIII")  # step, segment, segments in step, payload length
@@ -93,8 +97,9 @@ class Conn:
 
 class Ring:
     def __init__(self, rank: int, addrs: list[str], port: int, size: int, conns: int, select: str,
-                 segment: int = 65536, stall: float = 0.15):
+                 segment: int = 65536, stall: float = 0.15, congestion: str = tcpcc.DEFAULT):
         self.rank, self.addrs, self.port = rank, addrs, port
+        self.congestion = congestion  # every connection's TCP congestion control (set per socket)
         self.n = len(addrs)
         self.chunk = max(1, size // self.n)
         self.conns_wanted = conns if select == "least-loaded" else 1
@@ -115,6 +120,7 @@ class Ring:
         me, nxt = self.addrs[self.rank], self.addrs[(self.rank + 1) % self.n]
         lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        tcpcc.use(lsock, self.congestion)  # accepted connections inherit it
         lsock.bind((me, self.port))
         lsock.listen(64)
         lsock.settimeout(0.05)
@@ -124,6 +130,7 @@ class Ring:
                                  f"({len(self.out)} out, {len(self.inc)} in)")
             if len(self.out) < self.conns_wanted:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                tcpcc.use(s, self.congestion)
                 s.bind((me, 0))
                 s.settimeout(0.2)
                 try:
@@ -134,6 +141,7 @@ class Ring:
                     s.close()
             try:
                 c, _ = lsock.accept()
+                tcpcc.use(c, self.congestion)  # a check: it has the listener's already
                 c.settimeout(2)
                 c.recv(HELLO.size, socket.MSG_WAITALL)
                 self.inc.append(Conn(c, len(self.inc)))
@@ -237,12 +245,13 @@ class Ring:
                 if step % steps_per_iter == 0:
                     iterations.append(time.time())
                 self.send_step(step)
+        ran = tcpcc.summary(tcpcc.of(c.sock) for c in self.out + self.inc)
         for c in self.out + self.inc:
             c.sock.close()
         return {"kind": "allreduce", "rank": self.rank, "addr": self.addrs[self.rank], "ranks": self.n,
                 "select": self.select, "connections": len(self.out), "bytes_per_iteration": self.chunk * steps_per_iter,
                 "start": t_start, "iterations": iterations, "steps": step, "resent_segments": self.resent,
-                "duplicate_segments": self.dups, "stalls": [c.stalls for c in self.out]}
+                "duplicate_segments": self.dups, "stalls": [c.stalls for c in self.out], "congestion": ran}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,12 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--select", choices=["one", "least-loaded"], default="least-loaded")
     p.add_argument("--duration", type=float, required=True)
     p.add_argument("--start-at", type=float, default=0.0)
+    p.add_argument("--congestion", default=tcpcc.DEFAULT,
+                   help="TCP congestion control of every connection (setsockopt TCP_CONGESTION; fails if refused)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
-    ring = Ring(a.rank, a.addrs.split(","), a.port, a.size, a.conns, a.select)
+    ring = Ring(a.rank, a.addrs.split(","), a.port, a.size, a.conns, a.select, congestion=a.congestion)
     ring.connect(deadline=max(a.start_at, time.time()) + 15)
     while time.time() < a.start_at and not stop["flag"]:
         time.sleep(0.005)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, check_hosts, register
+from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, check_hosts, congestion_of, register
 
 
 class AllReduceParams(WorkloadParams):
@@ -39,7 +39,7 @@ class AllReduce(WorkloadKind):
                           "argv": [sys.executable, "-m", "hpnlab.node.allreduce", "--rank", str(rank), "--addrs", addrs,
                                    "--size", str(w.size_kb * 1024), "--conns", str(w.connections),
                                    "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
-                                   "--out", out]})
+                                   "--congestion", w.congestion, "--out", out]})
         return procs
 
     def result(self, plan, run_dir):
@@ -50,7 +50,7 @@ class AllReduce(WorkloadKind):
         return {"kind": "allreduce", "select": plan.workload.select, "connections": r0["connections"],
                 "ranks": r0["ranks"], "bytes_per_iteration": r0["bytes_per_iteration"], "iterations": r0["iterations"],
                 "resent_segments": sum(r["resent_segments"] for r in reps),
-                "duplicate_segments": sum(r["duplicate_segments"] for r in reps)}
+                "duplicate_segments": sum(r["duplicate_segments"] for r in reps), "congestion": congestion_of(reps)}
 
     def rate_series(self, w, t0, bin_s=0.25):
         its = w["iterations"]

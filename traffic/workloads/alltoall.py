@@ -10,7 +10,7 @@ import sys
 from pydantic import Field
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, register, senders_done
+from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, congestion_of, register, senders_done
 
 PORT = 5400
 SPORT_BASE = 40000  # this host's connections to its peers: 40000 + peer index x connections + i
@@ -45,7 +45,8 @@ class AllToAll(WorkloadKind):
             out = str(run_dir / f"alltoall-rx-{h}.json")
             procs.append({"role": "alltoall-rx", "node": h, "out": out,
                           "argv": [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
-                                   "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}", "--out", out]})
+                                   "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}",
+                                   "--congestion", w.congestion, "--out", out]})
         for h in hosts:
             flows = [f"{ip[p]}:{SPORT_BASE + j * w.connections + i}" for j, p in enumerate(hosts) if p != h
                      for i in range(w.connections)]
@@ -54,7 +55,7 @@ class AllToAll(WorkloadKind):
                           "argv": [py, "-m", "hpnlab.node.elephant", "send", "--src", ip[h], "--port", str(PORT),
                                    "--flows", ",".join(flows), "--size", str(w.size_kb * 1024 // w.connections),
                                    "--select", "hash", "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
-                                   "--out", out]})
+                                   "--congestion", w.congestion, "--out", out]})
         return procs
 
     def done(self, procs):
@@ -66,8 +67,9 @@ class AllToAll(WorkloadKind):
                    for p in sorted(run_dir.glob("alltoall-tx-*.json"))}
         if not senders:
             return None
+        receivers = [json.loads(p.read_text()) for p in sorted(run_dir.glob("alltoall-rx-*.json"))]
         per_host = {h: s.get("completion_s") for h, s in senders.items()}
         complete = all(s.get("complete") for s in senders.values())
         return {"kind": "alltoall", "hosts": len(senders), "bytes_per_peer": plan.workload.size_kb * 1024,
                 "complete": complete, "completion_s": max(per_host.values()) if complete else None,
-                "per_host_s": per_host}
+                "per_host_s": per_host, "congestion": congestion_of([*senders.values(), *receivers])}

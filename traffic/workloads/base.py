@@ -5,14 +5,17 @@ own in this package, so a new kind is one file (its parameters are keys of the e
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hpnlab.errors import SpecError
 from hpnlab.models import NodeConfig
 
 START_SLACK = 2.0  # seconds between launching a repetition's processes and its common start time t0
+CONGESTION_DEFAULT = "cubic"  # Debian's and Ubuntu's kernels' default (docs/experiments.md: congestion control)
+CONGESTION_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")  # a kernel algorithm's name (TCP_CA_NAME_MAX 16)
 
 
 class WorkloadParams(BaseModel):
@@ -21,6 +24,17 @@ class WorkloadParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: str = Field("none", description="which workload (the kinds below)")
     rail: int = Field(0, ge=0, description="which rail (NIC) of the hosts the workload uses")
+    congestion: str = Field(CONGESTION_DEFAULT, description=(
+        "TCP congestion control set on every socket of the workload (every kind but none), whatever the "
+        "kernel's default is (cubic: Debian's and Ubuntu's default); one the kernel has or can load, else the "
+        "run is refused before any lab comes up"))
+
+    @field_validator("congestion")
+    @classmethod
+    def _congestion(cls, v: str) -> str:
+        if not CONGESTION_NAME.fullmatch(v):
+            raise ValueError(f"'{v}' is not a TCP congestion control name (a kernel's, such as cubic, reno or bbr)")
+        return v
 
 
 class WorkloadKind:
@@ -32,6 +46,7 @@ class WorkloadKind:
     Params: type[WorkloadParams] = WorkloadParams
     series_label = ""  # what ``rate_series`` measures, for the plot's legend ("" : nothing to draw)
     own_report = False  # True: summary.txt and plot.png come from summary_table/plot below, not the probes'
+    tcp = True  # its processes send TCP: workload.congestion is set on their sockets and checked against the kernel
 
     def parse(self, data: dict, where: str) -> WorkloadParams:
         """The experiment file's ``workload:`` mapping as this kind's parameters; one line naming the key."""
@@ -69,7 +84,8 @@ class WorkloadKind:
         return False
 
     def result(self, plan, run_dir: Path) -> dict | None:
-        """The repetition's workload report, read from run_dir."""
+        """The repetition's workload report, read from run_dir; a TCP kind's has ``congestion``: the
+        algorithm its sockets ran, as its programs read it back (``congestion_of``)."""
         return None
 
     def rate_series(self, w: dict, t0: float, bin_s: float = 0.25) -> list[tuple[float, float]]:
@@ -131,6 +147,13 @@ def senders_done(procs: list, tx_role: str, stop_roles: tuple[str, ...]) -> bool
         if spec["role"] in stop_roles and p.poll() is None:
             p.terminate()
     return True
+
+
+def congestion_of(reports: list[dict]) -> str | None:
+    """The congestion control a repetition's processes ran, from their reports' ``congestion`` ("a,b" if they
+    differed; None where none said: a report written before hpnlab recorded it)."""
+    names = {n for r in reports for n in (r.get("congestion") or "").split(",") if n}
+    return ",".join(sorted(names)) or None
 
 
 def check_hosts(where: str, names_: list[str | None], cfgs: dict[str, NodeConfig], rail: int) -> None:

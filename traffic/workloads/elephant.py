@@ -90,7 +90,8 @@ class Elephant(WorkloadKind):
             f = str(run_dir / f"elephant-rx-{h}.json")
             out.append({"role": "elephant-rx", "node": h, "out": f,
                         "argv": [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
-                                 "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}", "--out", f]})
+                                 "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}",
+                                 "--congestion", w.congestion, "--out", f]})
         for h in balance.hosts_of(cfgs):
             mine = [r for r in flows if r["src"] == h]
             if not mine:
@@ -100,7 +101,8 @@ class Elephant(WorkloadKind):
                         "argv": [py, "-m", "hpnlab.node.elephant", "send", "--src", ip[h], "--port", str(PORT),
                                  "--flows", ",".join(f"{ip[r['dst']]}:{r['sport']}" for r in mine),
                                  "--size", str(w.size_kb * 1024), "--select", w.select,
-                                 "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}", "--out", f]})
+                                 "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
+                                 "--congestion", w.congestion, "--out", f]})
         for n, c in sorted(cfgs.items()):
             if c.role == "host":
                 continue

@@ -5,7 +5,8 @@ import json
 from pydantic import Field
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import START_SLACK, WorkloadKind, WorkloadParams, check_hosts, register
+from hpnlab.traffic.workloads.base import (START_SLACK, WorkloadKind, WorkloadParams, check_hosts, congestion_of,
+                                            register)
 
 
 class Iperf3Params(WorkloadParams):
@@ -29,13 +30,14 @@ class Iperf3(WorkloadKind):
     def launch(self, plan, run_dir, t0, duration):
         w = plan.workload
         src, dst = plan.host_ip(w.src, w.rail), plan.host_ip(w.dst, w.rail)
-        # iperf3 -J prints its report on stdout, and an error (reported in it) is a result, not a crash
+        # iperf3 -J prints its report on stdout, and an error (reported in it) is a result, not a crash: a
+        # congestion control its sockets cannot have is such an error ("unable to set TCP_CONGESTION")
         common = {"stdout_report": True, "may_fail": True}
         return [{"role": "iperf3-server", "node": w.dst, "out": str(run_dir / "iperf3-server.json"), **common,
                  "settle": 0.3, "argv": ["iperf3", "-s", "-1", "-B", dst, "-p", "5201", "-J"]},
                 {"role": "iperf3", "node": w.src, "out": str(run_dir / "iperf3.json"), "delay": START_SLACK, **common,
                  "argv": ["iperf3", "-c", dst, "-B", src, "-p", "5201", "-t", f"{duration:g}", "-i", "0.1",
-                          "-P", str(w.streams), "-J"]}]
+                          "-P", str(w.streams), "-C", w.congestion, "-J"]}]
 
     def result(self, plan, run_dir):
         try:
@@ -46,7 +48,10 @@ class Iperf3(WorkloadKind):
         return {"kind": "iperf3", "start": start, "error": j.get("error"),
                 "intervals": [(start + iv["sum"]["start"], start + iv["sum"]["end"], iv["sum"]["bits_per_second"])
                               for iv in j.get("intervals", [])],
-                "retransmits": j.get("end", {}).get("sum_sent", {}).get("retransmits")}
+                "retransmits": j.get("end", {}).get("sum_sent", {}).get("retransmits"),
+                # -C is the client's; the server takes it from the client and both say what their sockets ran
+                "congestion": congestion_of([{"congestion": j.get("end", {}).get(f"{side}_tcp_congestion")}
+                                             for side in ("sender", "receiver")])}
 
     def rate_series(self, w, t0, bin_s=0.25):
         return [(round(b - t0, 3), bps / 1e9) for _a, b, bps in w.get("intervals", [])]

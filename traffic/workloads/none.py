@@ -7,3 +7,4 @@ from hpnlab.traffic.workloads.base import WorkloadKind, register
 class NoWorkload(WorkloadKind):
     kind = "none"
     help = "probes only"
+    tcp = False  # the probes are UDP: workload.congestion does not apply
