@@ -63,6 +63,7 @@ class ProbeResult:
     report_dir: Path | None = None
     lost_after_repair_1s: int = 0  # sent from 1 s after the repair on, and lost: the repair's own black hole
     emulator: dict = field(default_factory=dict)  # the lateness meter's verdict on longest_gap_ms
+    discarded: list[dict] = field(default_factory=list)  # Lab.measure: earlier attempts it threw away (flagged)
 
     @property
     def flagged(self) -> bool:
@@ -99,13 +100,13 @@ class ProbeResult:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows",
                                            "recovered", "converged_gap_ms", "sent", "received", "per_flow",
-                                           "faults", "emulator")}
+                                           "faults", "emulator", "discarded")}
         d["report_dir"] = str(self.report_dir) if self.report_dir else None
         return d
 
 
 def probe_result(sender: dict, receiver: dict, fault_log: list[dict], report_dir: Path | None = None,
-                 agents: dict | None = None, cpu: list | None = None) -> ProbeResult:
+                 agents: dict | None = None, cpu: list | None = None, tasks: dict | None = None) -> ProbeResult:
     """Pure: join a sender's and a receiver's report, judged against the faults applied meanwhile; the
     lateness meter (the sender's own, the agents' ``timers_late``, CPU samples) judges the longest gap
     over the window from the first fault (else the run's start) until that gap could have ended."""
@@ -126,7 +127,7 @@ def probe_result(sender: dict, receiver: dict, fault_log: list[dict], report_dir
                          "resumed": not any(g.end >= sender["end"] for g in fl.gaps if g.missing > 0)})
     tot = measure.totals(flows)
     longest = max((f["longest_gap_ms"] for f in per_flow), default=0.0)
-    meter = lateness.meter_of({"probe": sender}, agents or {}, cpu or [])
+    meter = lateness.meter_of({"probe": sender}, agents or {}, cpu or [], tasks)
     last = max([g.end for fl in flows for g in fl.gaps if g.missing > 0], default=start)
     emulator = lateness.verdict(longest, lateness.window(meter, start - lateness.PERIOD_S,
                                                          max(last, start) + lateness.PERIOD_S))
@@ -150,7 +151,7 @@ class Probes:
         self.index = index
         self.result: ProbeResult | None = None
         self._procs: list[subprocess.Popen] = []
-        self._cpu = lateness.CpuSampler()
+        self._cpu = lateness.CpuSampler(tasks=lab.meter_tasks())
 
     def __enter__(self) -> "Probes":
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -189,7 +190,9 @@ class Probes:
             raise RuntimeFailure(f"probes {self.src} -> {self.dst}: no report ({e.__class__.__name__}); "
                                  f"see {self.dir / 'probe.log'}") from None
         cpu = self._cpu.samples if self.lab.runtime.shares_kernel else []  # else not the lab's machine
-        self.result = probe_result(sender, receiver, self.lab._fault_log, self.dir, self.lab.timers_late(), cpu)
+        tasks = {"labels": list(self._cpu.tasks), "samples": self._cpu.task_samples}
+        self.result = probe_result(sender, receiver, self.lab._fault_log, self.dir, self.lab.timers_late(), cpu,
+                                   tasks)
         (self.dir / "result.json").write_text(json.dumps(self.result.to_dict(), indent=1))
 
 
@@ -358,15 +361,21 @@ class Lab:
                 healthy_timeout: float = 60) -> "ProbeResult":
         """Run ``experiment`` (a callable that returns a ``ProbeResult``, e.g. probes around a fault) until its
         figure is not flagged by the lateness meter, at most ``attempts`` times, the lab healthy again
-        before each retry. Returns the last result: ``result.flagged`` if every attempt was."""
+        before each retry. Returns the last result: ``result.flagged`` if every attempt was; the attempts it
+        discarded as flagged are in ``result.discarded`` (each as ``to_dict()``), so none is lost."""
         if attempts < 1:
             raise SpecError("measure: attempts must be at least 1")
+        discarded: list[dict] = []
         for _ in range(attempts - 1):
             res = experiment()
             if not res.flagged:
+                res.discarded = discarded
                 return res
+            discarded.append(res.to_dict())
             self.wait_healthy(healthy_timeout)
-        return experiment()
+        res = experiment()
+        res.discarded = discarded
+        return res
 
     def wait_for(self, condition: Callable[[], Any], timeout: float = 10, interval: float = 0.05,
                  what: str | None = None) -> Any:
@@ -429,6 +438,23 @@ class Lab:
         """Revert every fault this object applied that is still active (idempotent)."""
         for f in list(reversed(self._injector.active)):
             self.revert_fault(f)
+
+    def meter_tasks(self) -> dict[str, int]:
+        """What the lateness meter samples the run-queue wait of: "<node>/<daemon>" -> PID of every FRR
+        daemon of this lab, and "controller" -> this process (it applies the faults). {} where the lab does
+        not run on this machine's kernel."""
+        if not self.runtime.shares_kernel:
+            return {}
+        by_ns = {self.runtime.netns(n): n for n in self.cfgs}
+        out = {}
+        for pid, ns in sorted(self.runtime.frr_pids().items()):
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            out[f"{by_ns.get(ns, ns)}/{comm}"] = pid
+        out[lateness.CONTROLLER] = os.getpid()
+        return out
 
     def spare(self, pids: set[int]) -> None:
         """Processes of our own (route watchers) that a fault freezing a node's processes leaves running."""

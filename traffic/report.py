@@ -68,7 +68,8 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
         entry["routes_last_ms"] = max((v["last_ms"] for v in fail.values()), default=None)
         entry["workload"] = {**workload_window(workload, t0, first_fault, start, stop or window_end),
                              **workload_recovery(workload, t0, first_fault, stop, window_end)}
-        entry["emulator"] = emulator_verdict(meter or {}, entry, start, window_end)
+        entry["emulator"] = emulator_verdict(meter or {}, entry, start, window_end, stop,
+                                             measure.converged(allflows, start, stop, window_end))
         tline = timeline.build(f, window_end, agent_events or {}, events, allflows, entry["emulator"]["late_ms"])
         entry["timeline"] = {**tline, "events": tline["events"][:TIMELINE_EVENTS],
                              "events_total": len(tline["events"])}
@@ -92,13 +93,34 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
             "route_events": [{**e, "t": round(e["ts"] - t0, 4)} for e in events]}
 
 
-def emulator_verdict(meter: dict, entry: dict, start: float, window_end: float) -> dict:
-    """The emulator's lateness beside a fault's headline figure (the longest gap), over the figure's own
-    window: from the fault until the last gap or route change it caused had ended (at most the next fault)."""
+# The figures the meter judges one by one, each over its own window and against its own bound.
+JUDGED = ("longest_gap_ms", "converged_gap_ms", "routes_last_ms", "recovery_after_repair_ms")
+
+
+def emulator_verdict(meter: dict, entry: dict, start: float, window_end: float, stop: float | None = None,
+                     conv: list | None = None) -> dict:
+    """The emulator's lateness beside each of a fault's figures, over the figure's own window, against the
+    figure's own bound (``lateness.verdict``): the longest gap from the fault until the last gap or route
+    change it caused had ended; the converged gap until the last converged gap closed; the routes' last
+    change until it; the recovery from the repair until every flow delivered again. The record's top
+    level is the longest gap's (as before); ``figures`` has each one, ``flagged`` is any of them."""
+    meter = without_frozen(meter, [entry])
+    p = lateness.PERIOD_S
     span = max(entry["longest_gap_ms"], entry["routes_last_ms"] or 0.0) / 1000
-    b = min(window_end, start + span + lateness.PERIOD_S)
-    return lateness.verdict(entry["longest_gap_ms"],
-                            lateness.window(without_frozen(meter, [entry]), start - lateness.PERIOD_S, b))
+    windows = {"longest_gap_ms": (start - p, min(window_end, start + span + p))}
+    if conv:
+        windows["converged_gap_ms"] = (start - p, min(window_end, max(g.end for g in conv) + p))
+    if entry.get("routes_last_ms") is not None:
+        windows["routes_last_ms"] = (start - p, min(window_end, start + entry["routes_last_ms"] / 1000 + p))
+    if stop is not None and entry.get("recovery_after_repair_ms"):
+        windows["recovery_after_repair_ms"] = (stop - p, min(window_end, stop + entry["recovery_after_repair_ms"] / 1000 + p))
+    figures = {}
+    for name, (a, b) in windows.items():
+        v = lateness.verdict(entry.get(name), lateness.window(meter, a, max(a, b)))
+        figures[name] = {k: v[k] for k in ("late_ms", "bound_ms", "flagged")}
+    top = lateness.verdict(entry["longest_gap_ms"], lateness.window(meter, *windows["longest_gap_ms"]))
+    return {**top, "flagged": any(f["flagged"] for f in figures.values()),
+            "flagged_figures": [n for n in JUDGED if figures.get(n, {}).get("flagged")], "figures": figures}
 
 
 def without_frozen(meter: dict, faults_: list[dict]) -> dict:
@@ -134,9 +156,12 @@ def aggregate(runs: list[dict]) -> list[dict]:
         em = [x.get("emulator") for x in rows if x.get("emulator")]
         if em:
             e["emulator"] = {m: measure.summarise([x.get(m) for x in em])
-                             for m in ("late_ms", "sender_late_ms", "timer_late_ms", "psi_some_ms", "steal_ms")}
+                             for m in ("late_ms", "sender_late_ms", "timer_late_ms", "frr_wait_ms",
+                                       "controller_wait_ms", "psi_some_ms", "steal_ms")}
             e["emulator"]["flagged"] = sum(bool(x["flagged"]) for x in em)
             e["emulator"]["judged"] = len(em)
+            e["emulator"]["flagged_figures"] = {n: sum(n in (x.get("flagged_figures") or []) for x in em)
+                                                for n in JUDGED if any(n in (x.get("flagged_figures") or []) for x in em)}
         if rows[0]["workload"]:
             e["workload"] = {m: measure.summarise([x["workload"].get(m) for x in rows]) for m in WORKLOAD_METRICS}
             rec = [x["workload"]["recovered"] for x in rows if "recovered" in x["workload"]]
@@ -194,7 +219,12 @@ def _fault_row(f: dict, m: dict, vname: str, stream: str, n: int) -> list[str]:
             _mm(f["routes_last_ms"]) if top else "", _mm(m.get("recovery_after_repair_ms")),
             _mm(m.get("lost_after_repair")), _runs(ok, n), _mm(wl.get("throughput_pct")) if top else "",
             back if top else "", _mm(em["late_ms"]) if em else ("-" if top else ""),
-            ((f"{em['flagged']}/{em['judged']}" + (" FLAG" if em["flagged"] else "")) if em else "-") if top else ""]
+            ((f"{em['flagged']}/{em['judged']}" + (" FLAG " + ",".join(SHORT[n] for n in em.get("flagged_figures", {}))
+                                                    if em["flagged"] else "")).rstrip() if em else "-") if top else ""]
+
+
+SHORT = {"longest_gap_ms": "gap", "converged_gap_ms": "converged", "routes_last_ms": "routes",
+         "recovery_after_repair_ms": "recovery"}
 
 
 def summary_table(results: dict) -> str:
@@ -261,13 +291,19 @@ def emulator_lines(results: dict) -> list[str]:
     worst = max(runs, key=lambda e: max(e["sender_late_ms"], e["timer_late_ms"]))
     psi = [e["psi_some_pct"] for e in runs if e.get("psi_some_pct") is not None]
     steal = [e["steal_pct"] for e in runs if e.get("steal_pct") is not None]
+    frr = [e for e in runs if e.get("frr_wait_ms") is not None]
+    wfrr = max(frr, key=lambda e: e["frr_wait_ms"]) if frr else None
+    ctl = [e["controller_wait_ms"] for e in runs if e.get("controller_wait_ms") is not None]
     return [f"emulator: worst lateness in any run {max(worst['sender_late_ms'], worst['timer_late_ms']):g} ms "
             f"(senders {worst['sender_late_ms']:g}, agents' timers {worst['timer_late_ms']:g}"
             + (f" on {worst['timer_late_node']}" if worst.get("timer_late_node") else "") + ")"
+            + (f"; an FRR daemon's run-queue wait over a whole run up to {wfrr['frr_wait_ms']:g} ms "
+               f"({wfrr['frr_wait_daemon']}), the controller's up to {max(ctl, default=0):g} ms" if wfrr else "")
             + (f"; CPU pressure (PSI some) {min(psi):g}-{max(psi):g} % of each run" if psi else "")
-            + (f", steal {max(steal):g} %" if steal else "")
-            + f"; a figure is flagged when its window's lateness exceeds {lateness.FRACTION:.0%} of it "
-              f"or {lateness.FLOOR_MS:g} ms (docs/results.md)"]
+            + (f", steal {max(steal):g} %" if steal else ""),
+            f"a figure is flagged when, in its own window, an agent's timer or a probe sender was late, or an FRR "
+            f"daemon waited for a CPU, by more than {lateness.FRACTION:.0%} of that figure or {lateness.FLOOR_MS:g} ms "
+            f"(docs/results.md); FLAG names the figures: gap, converged, routes, recovery"]
 
 
 def plot(results: dict, path: Path) -> Path | None:
