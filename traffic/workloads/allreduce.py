@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, check_hosts, congestion_of, register
+from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, check_hosts, congestion_of, recovered_at, register
 
 
 class AllReduceParams(WorkloadParams):
@@ -76,3 +76,9 @@ class AllReduce(WorkloadKind):
         return {"baseline_rate": round(base_rate, 2), "rate_during": round(rate, 2),
                 "throughput_pct": round(100 * rate / base_rate, 1) if base_rate else None,
                 "longest_halt_ms": round(halt * 1000, 1)}
+
+    def recovery(self, w, t0, base_end, repair, window_end):
+        """Iterations after the repair: when the ring ran at 90 % of its pre-fault rate again."""
+        its = w["iterations"]
+        base = [t for t in its if t0 + 0.5 <= t < base_end]
+        return recovered_at(its, len(base) / max(1e-9, base_end - t0 - 0.5), repair, window_end)

@@ -5,6 +5,7 @@ own in this package, so a new kind is one file (its parameters are keys of the e
 
 from __future__ import annotations
 
+import bisect
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from hpnlab.models import NodeConfig
 START_SLACK = 2.0  # seconds between launching a repetition's processes and its common start time t0
 CONGESTION_DEFAULT = "cubic"  # Debian's and Ubuntu's kernels' default (docs/experiments.md: congestion control)
 CONGESTION_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")  # a kernel algorithm's name (TCP_CA_NAME_MAX 16)
+RECOVERED_FRACTION = 0.9  # a workload is back when it runs at this share of its pre-fault rate again
 
 
 class WorkloadParams(BaseModel):
@@ -97,6 +99,13 @@ class WorkloadKind:
         ``throughput_pct`` and whatever else the kind measures."""
         return {}
 
+    def recovery(self, w: dict, t0: float, base_end: float, repair: float, window_end: float) -> dict:
+        """The workload after a fault's repair at ``repair`` until ``window_end``: ``recovery_ms`` (from the
+        repair until it ran at >= RECOVERED_FRACTION of its baseline rate again), ``recovered`` (it did
+        within the window; if not, ``recovery_ms`` is the window's rest, a lower bound) and
+        ``halt_after_repair_ms``. {} where the kind has no rate to judge."""
+        return {}
+
     def aggregate(self, runs: list[dict]) -> dict:
         """Variant-level figures over the repetitions (added to the variant's results)."""
         return {}
@@ -165,3 +174,25 @@ def check_hosts(where: str, names_: list[str | None], cfgs: dict[str, NodeConfig
             raise SpecError(f"{where}: '{n}' is not a host of this lab; hosts: {', '.join(hosts)}")
         if cfgs[n].nic(rail) is None:
             raise SpecError(f"{where}.rail: host {n} has no rail {rail}")
+
+
+def recovered_at(marks: list[float], base_rate: float, repair: float, window_end: float) -> dict:
+    """When a workload whose progress is ``marks`` (completion times, one per unit of work) was back at
+    RECOVERED_FRACTION of ``base_rate`` (units/s) after ``repair``: the first c among the repair and the
+    marks after it from which the next span (1 s, or 10 units at the baseline rate if that is longer)
+    completes at least that share of the baseline's units. The span must end within the window; a workload
+    that never gets there is not recovered, and its recovery_ms is the window's rest (a lower bound)."""
+    after = sorted(t for t in marks if repair <= t < window_end)
+    gaps = [b - a for a, b in zip([repair] + after, after + [window_end])]
+    out: dict = {"halt_after_repair_ms": round(max(gaps) * 1000, 1)}
+    if base_rate <= 0:
+        return out
+    span = max(1.0, 10.0 / base_rate)
+    need = RECOVERED_FRACTION * base_rate * span
+    for c in [repair] + after:
+        if c + span > window_end:
+            break
+        done = bisect.bisect_left(after, c + span) - bisect.bisect_right(after, c)  # completed in (c, c + span)
+        if done >= need:
+            return {**out, "recovery_ms": round((c - repair) * 1000, 1), "recovered": True}
+    return {**out, "recovery_ms": round((window_end - repair) * 1000, 1), "recovered": False}
