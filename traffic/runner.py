@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hpnlab import kernel, lateness, runtime as runtimes
+from hpnlab import kernel, lateness, provenance, runtime as runtimes
 from hpnlab.api import Lab, Unhealthy
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.proc import kill_pids
@@ -200,7 +200,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
     up_timeout = doc.up_timeout if up_timeout is None else up_timeout
     results: dict = {"experiment": doc.name, "description": doc.description, "file": str(exp.path),
                      "runtime": runtime, "repetitions": doc.repetitions, "duration": doc.duration,
-                     "started": time.time(), "variants": {}}
+                     "started": time.time(), "provenance": provenance.collect(), "variants": {}}
     try:
         for vi, plan in enumerate(exp.plans):
             v = results["variants"][plan.name] = variant_record(plan)
@@ -215,6 +215,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
                 if v is not None:
                     v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
                     v["congestion"] = congestion_record(plan, v["runs"])
+            results["provenance"].update(provenance.summarise(results["variants"]))
             results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
             results["finished"] = time.time()
             write_results(results, out)
@@ -222,6 +223,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
                      + (f"; removed the unfinished {', '.join(dropped)}" if dropped else ""))
         raise
     results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
+    results["provenance"].update(provenance.summarise(results["variants"]))
     results["finished"] = time.time()
     return results
 
@@ -393,4 +395,5 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
             v["congestion"] = congestion_record(plan, runs, v["congestion"].get("requested"))  # (older: none)
     old["probe_rate"] = report.probe_rates([r for v in old["variants"].values() for r in v["runs"]])
     old["reanalysed"] = time.time()
+    old["reanalysed_by"] = provenance.code()  # ``provenance`` stays the run's own
     return old

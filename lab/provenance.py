@@ -1,0 +1,108 @@
+"""Where a result came from: the code, the machine and the software it ran on, for results.json's
+``provenance`` (docs/results.md). Every figure is read here and never raises: what cannot be read is
+"unknown" (a wheel install has no git checkout, a machine without FRR has no zebra).
+
+``collect`` is the machine and the code when a run starts; ``summarise`` adds what the variants ran (the
+congestion control their workload sockets reported, the hosts' driver), read from the results' variants;
+``code`` is the hpnlab that ran (or re-analysed) them.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+UNKNOWN = "unknown"
+ZEBRA = Path("/usr/lib/frr/zebra")
+PROC_TCP_DEFAULT = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+HERE = Path(__file__).resolve().parent  # the hpnlab package's folder (lab/ in a checkout)
+
+
+def _run(argv: list[str], timeout: float = 10) -> str | None:
+    """stdout of argv, or None when it cannot run or fails."""
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def git_checkout(where: Path = HERE) -> dict:
+    """{commit, dirty} of the hpnlab checkout ``where`` lies in; "unknown" for both outside one (an
+    installed wheel, no git, a repository that is not hpnlab's). ``dirty``: tracked files differ from the
+    commit (untracked files do not count). Takes no lock: others may be committing in the same tree."""
+    top = _run(["git", "-C", str(where), "rev-parse", "--show-toplevel"])
+    if not top or not _is_hpnlab(Path(top.strip())):
+        return {"commit": UNKNOWN, "dirty": UNKNOWN}
+    commit = _run(["git", "-C", str(where), "rev-parse", "HEAD"])
+    status = _run(["git", "--no-optional-locks", "-C", str(where), "status", "--porcelain", "--untracked-files=no"])
+    return {"commit": commit.strip() if commit else UNKNOWN,
+            "dirty": bool(status.strip()) if status is not None else UNKNOWN}
+
+
+def _is_hpnlab(top: Path) -> bool:
+    try:
+        return re.search(r'(?m)^name\s*=\s*"hpnlab"', (top / "pyproject.toml").read_text()) is not None
+    except OSError:
+        return False
+
+
+def version() -> str:
+    """hpnlab's installed version (importlib.metadata)."""
+    try:
+        return metadata.version("hpnlab")
+    except metadata.PackageNotFoundError:
+        return UNKNOWN
+
+
+def frr_version(zebra: Path = ZEBRA) -> str:
+    """FRR's version: ``zebra --version`` ("zebra version 8.4.4"), else the Debian package's, else "unknown"."""
+    out = _run([str(zebra), "--version"])
+    m = re.search(r"version\s+(\S+)", out or "")
+    if m:
+        return m.group(1)
+    out = _run(["dpkg-query", "-W", "-f=${Version}", "frr"])
+    return out.strip() if out and out.strip() else UNKNOWN
+
+
+def cores() -> dict:
+    """{usable: CPUs this process may run on (its affinity), online: CPUs of the machine}."""
+    try:
+        usable: int | str = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = UNKNOWN
+    return {"usable": usable, "online": os.cpu_count() or UNKNOWN}
+
+
+def tcp_default(path: Path = PROC_TCP_DEFAULT) -> str:
+    """The kernel's default congestion control (what a socket that asks for none runs; workloads ask)."""
+    try:
+        return path.read_text().strip() or UNKNOWN
+    except OSError:
+        return UNKNOWN
+
+
+def code() -> dict:
+    """The hpnlab that runs: {version, commit, dirty, python}."""
+    return {"version": version(), **git_checkout(), "python": platform.python_version()}
+
+
+def collect() -> dict:
+    """The code and this machine, when a run starts (``summarise`` adds the variants' part at its end)."""
+    return {**code(), "kernel": os.uname().release, "kernel_tcp_default": tcp_default(), "frr": frr_version(),
+            "cores": cores()}
+
+
+def summarise(variants: dict[str, dict]) -> dict:
+    """Per variant, the congestion control its workload's sockets ran (``variants.<v>.congestion.ran``;
+    None where its workload sends no TCP, [] where nothing reported) and its hosts' driver."""
+    cc, drivers = {}, {}
+    for name, v in variants.items():
+        rec = v.get("congestion") if isinstance(v.get("congestion"), dict) else {}
+        cc[name] = rec.get("ran") if rec.get("requested") else None
+        drivers[name] = v.get("host_driver")
+    return {"congestion": cc, "host_driver": drivers}
