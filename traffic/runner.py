@@ -62,7 +62,7 @@ class Repetition:
         timeline); the senders report their own."""
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
-            with lateness.CpuSampler() as cpu:
+            with lateness.CpuSampler(tasks=self.lab.meter_tasks()) as cpu:
                 rep = self._run()
             if self.lab.runtime.shares_kernel:  # else this machine's CPU is not the one the lab runs on
                 cpu.save(self.dir / "cpu.json")
@@ -158,7 +158,8 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
         events += routemon.parse(f.read_text(), f.stem.removeprefix("routes-"), prefixes)
     workload = report.workload_of(plan, run_dir)
     agents, agent_events = (_json_or_empty(run_dir / f) for f in ("timers.json", "agent-events.json"))
-    meter = lateness.meter_of(senders, agents, lateness.load_cpu(run_dir / "cpu.json"))
+    meter = lateness.meter_of(senders, agents, lateness.load_cpu(run_dir / "cpu.json"),
+                              lateness.load_tasks(run_dir / "cpu.json"))
     return report.repetition_result(rep, plan, streams, senders, receivers, events, workload, meter, agent_events)
 
 
@@ -167,15 +168,6 @@ def _json_or_empty(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):  # a run from before the meter and the timeline
         return {}
-
-
-def _trim(res: dict, k: int) -> dict:
-    """The plot shows the first repetition; later ones keep their figures, not their time series."""
-    if k:
-        for pr in res["probes"].values():
-            pr.pop("series", None)
-        res["workload"].pop("series", None)
-    return res
 
 
 def keep_logs(lab: Lab, dest: Path) -> None:
@@ -300,7 +292,7 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
                          f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
                 rep = Repetition(lab, plan, run_dir, doc.duration, progress, label).run()
                 (run_dir / "run.json").write_text(json.dumps(rep))  # timeline, for re-analysis of raw/
-                v["runs"].append(_trim(collect(rep, plan, run_dir), k))
+                v["runs"].append(collect(rep, plan, run_dir))
         except RuntimeFailure as e:
             v["error"] = str(e)
             progress(f"variant {plan.name} failed: {e}")
@@ -387,10 +379,12 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
             if not (run_dir / "run.json").exists():
                 raise RuntimeFailure(f"{run_dir}: no run.json (an unfinished repetition, or a run older than "
                                      f"hpnlab 0.1); remove that folder or run the experiment again")
-            runs.append(_trim(collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir), k))
+            runs.append(collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir))
         v["runs"] = runs
         v["faults"] = report.aggregate(runs) if runs else []
         v.update(workloads.get(plan.workload.kind).reanalyse(v, out / "raw" / plan.name, plan, runs))
+        if isinstance(v.get("congestion"), dict):  # what the run asked for, even if the file changed since
+            v["congestion"] = congestion_record(plan, runs, v["congestion"].get("requested"))  # (older: none)
         if isinstance(v.get("congestion"), dict):  # what the run asked for, even if the file changed since
             v["congestion"] = congestion_record(plan, runs, v["congestion"].get("requested"))  # (older: none)
     old["probe_rate"] = report.probe_rates([r for v in old["variants"].values() for r in v["runs"]])
