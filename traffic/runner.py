@@ -385,8 +385,6 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
         v.update(workloads.get(plan.workload.kind).reanalyse(v, out / "raw" / plan.name, plan, runs))
         if isinstance(v.get("congestion"), dict):  # what the run asked for, even if the file changed since
             v["congestion"] = congestion_record(plan, runs, v["congestion"].get("requested"))  # (older: none)
-        if isinstance(v.get("congestion"), dict):  # what the run asked for, even if the file changed since
-            v["congestion"] = congestion_record(plan, runs, v["congestion"].get("requested"))  # (older: none)
     old["probe_rate"] = report.probe_rates([r for v in old["variants"].values() for r in v["runs"]])
     old["reanalysed"] = time.time()
     old["reanalysed_by"] = provenance.code()  # ``provenance`` stays the run's own
