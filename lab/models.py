@@ -57,6 +57,7 @@ class NodeConfig(_Model):
     interfaces: list[Interface]
     mechanisms: dict[str, bool]
     sysctls: dict[str, int]
+    offloads: bool = False  # links.offloads: false caps GSO at one segment (hpnlab.node.plan.offload_lines)
     lacp: dict[str, Any] | None = None
     # hosts
     driver: Literal["auto", "userspace", "bond"] | None = None

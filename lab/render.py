@@ -111,7 +111,7 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
             ifc["shape"] = shape
         ifaces.append(ifc)
     base = {"lab": topo.name, "name": node.name, "role": node.role, "interfaces": ifaces,
-            "mechanisms": spec.mechanisms.model_dump()}
+            "mechanisms": spec.mechanisms.model_dump(), "offloads": spec.links.offloads}
     hashing = capacity.hash_sysctls(node.role, node.name, spec.hash.policy, spec.hash.seed)
     lacp = spec.lacp
     if node.role == "host":

@@ -74,3 +74,33 @@ def test_a_sysctl_the_kernel_lacks_is_left_out_and_reported_not_fatal(tmp_path):
     assert r.stdout.strip() == "1"  # the others were set
     report = json.loads((tmp_path / "boot.json").read_text())
     assert report["kernel_lacks"] == [missing] and "lacks" in report["steps"][-1]["step"]
+
+
+@pytest.mark.root
+def test_a_container_caps_gso_on_the_links_containerlab_made(tmp_path):
+    """containerlab makes the veths (the kernel's GSO default, 64 KB per packet); the node's boot caps each
+    at one segment with the rest of its ip -batch plan (hpnlab.node.plan.offload_lines), so impairments in
+    a containerlab lab act on MTU frames as in a lab of namespaces."""
+    _need_lab_machine()
+    cfg = {"name": "n1", "role": "agg", "router_id": "10.255.0.9", "sysctls": {}, "fabric_ifaces": ["s0r0a"],
+           "interfaces": [{"name": "s0r0a", "mac": "02:00:00:be:00:02"}]}
+    code = ("import json, sys\nfrom pathlib import Path\nfrom hpnlab.node.boot import Boot\n"
+            "b = Boot(json.loads(sys.argv[1]), run=Path(sys.argv[2]))\nb.set_macs()\nb.configure('userspace')\n")
+    subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+    ip("netns", "add", NS)
+    try:
+        ip("link", "add", "clab-br0a", "mtu", "9500", "type", "veth", "peer", "name", "clab-br0b", "mtu", "9500")
+        ip("link", "set", "clab-br0a", "netns", NS)
+        ip("-n", NS, "link", "set", "clab-br0a", "name", "s0r0a")
+        before = json.loads(subprocess.run(["ip", "-n", NS, "-d", "-j", "link", "show", "s0r0a"], check=True,
+                                           capture_output=True, text=True).stdout)[0]
+        assert before["gso_max_segs"] > 1
+        r = subprocess.run(["ip", "netns", "exec", NS, sys.executable, "-c", code, json.dumps(cfg), str(tmp_path)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr[-1500:]
+        after = json.loads(subprocess.run(["ip", "-n", NS, "-d", "-j", "link", "show", "s0r0a"], check=True,
+                                          capture_output=True, text=True).stdout)[0]
+        assert after["gso_max_segs"] == 1 and after["mtu"] == 1500 and "UP" in after["flags"]
+    finally:
+        subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+        subprocess.run(["ip", "link", "del", "clab-br0b"], capture_output=True)

@@ -231,3 +231,28 @@ def test_tor_sessions_are_passive_and_agg_sessions_are_not():
     files = render(build(load_spec()))
     assert " neighbor fabric passive\n" in files["s0r0a/frr.conf"]
     assert "passive" not in files["agg0-0/frr.conf"]
+
+
+def test_every_interface_sends_mtu_packets_unless_the_spec_keeps_offloads():
+    """GSO capped at one segment on every interface of every node, before it is set up, and on a bond after
+    its members join it (a bond takes its members' TSO limits, not their caps); links.offloads: true
+    leaves the kernel's default. The same ip -batch lines serve every runtime (a container at boot too)."""
+    files = render(build(load_spec()))
+    for node in ("s0h0", "s0r0a", "s0r0b", "agg0-0", "agg1-0"):
+        c = json.loads(files[f"{node}/node.json"])
+        assert c["offloads"] is False
+        for driver in ("userspace", "bond"):
+            lines = ip_batch(c, driver)
+            for i in c["interfaces"]:
+                cap = f"link set dev {i['name']} gso_max_segs 1"
+                assert lines.count(cap) == 1, (node, driver, i["name"])
+                up = f"link set {i['name']} up"
+                if up in lines:
+                    assert lines.index(cap) < lines.index(up)
+    bond = ip_batch(cfg("s0h0"), "bond")
+    assert bond.index("link set dev bond0 gso_max_segs 1") > bond.index("link set r0p1 master bond0")
+    kept = parse_spec({"name": "x", "links": {"offloads": True}})
+    for node in ("s0h0", "s0r0a", "agg0-0"):
+        c = cfg(node, kept)
+        assert c["offloads"] is True
+        assert not [ln for d in ("userspace", "bond") for ln in ip_batch(c, d) if "gso_max_segs" in ln]
