@@ -67,6 +67,10 @@ def test_flows_silent_only_late_in_the_fault_are_not_black_holed_for_the_whole_f
     m = measure.fault_metrics(flows, start=2.0, end=6.0, window_end=10.0)
     assert m["blackholed_flows"] == 1 and m["silent_at_repair_flows"] == 5
     assert m["first_loss_s"] == 0.0 and m["converged_gap_ms"] == 0.0
+    # a fault on two ports applied one after the other (single-ToR's cable: the second 14 ms later, its flows
+    # silent 40 ms in) silences them all with the fault
+    both = [trace([(2.026, 6.03)], flow=0), trace([(2.04, 6.02)], flow=1)]
+    assert measure.fault_metrics(both, 2.0, 6.0, 10.0)["blackholed_flows"] == 2
 
 
 def _agg_run(pct: float, halt: float) -> dict:
