@@ -140,7 +140,10 @@ def experiment_page() -> str:
              "(link faults; a list for a multi-port cable), `at` (seconds into the run), `until` (seconds; "
              "default: the end of the run), and for `link-flap` `period` (seconds, default 1) and `count` "
              "(default 3); a kind with parameters of its own takes them as keys too (below). `hpnlab fail "
-             "--list` prints the same kinds.\n", "| kind | what it does | its own keys (default) |", "|---|---|---|"]
+             "--list` prints the same kinds. Drops and queues act on MTU-sized frames, as a "
+             "switch's do (`hpnlab impair`'s loss, a shaped or `degrade`d port's queue): the lab caps GSO at one "
+             "segment on every interface unless the spec sets `links.offloads: true` "
+             "([design](design.md#interfaces-mtu-frames)).\n", "| kind | what it does | its own keys (default) |", "|---|---|---|"]
     kinds += [f"| `{k}` | {v} | {', '.join(f'`{p}` ({d:g})' for p, d in faults.get(k).params.items()) or '-'} |"
               for k, v in faults.KINDS.items()]
     return HEADER + intro + "\n".join(parts + [""] + kinds) + "\n"

@@ -4,6 +4,14 @@ state.json before it takes effect, so ``hpnlab impair --clear`` (or ``down``) al
 
 Loss is nftables (``numgen random mod 10000 < N drop`` on the link end's egress), not netem: this
 project's CI kernel has no netem, and the nftables drop behaves the same for a loss rate.
+
+Loss and the queue act on MTU frames, as a switch port's do: every interface of a lab caps GSO at one
+segment (hpnlab.node.plan.offload_lines), so TCP sends no 64 KB super-packets for one drop to take ~45
+frames at once (``links.offloads: true`` brings them back, and with them that error). Loss on the port of
+a host that sends is a local drop to that host's own TCP, not a lossy wire: the egress hook's verdict
+reaches the socket (NET_XMIT_DROP), which sends the frame again without counting a retransmission and cuts
+its window each time (docs/design.md has the figures). Impair the ToR's end of the link for loss on the way
+to a host, or a port further along for loss after it.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from hpnlab.runtime.base import Runtime
 
 KEYS = {"rate": "egress rate, e.g. 10mbit, 500kbit, 1gbit",
         "queue": "queue limit in KB (with a rate; default: the spec's, else 256)",
-        "loss": "random loss in percent, e.g. 1 or 0.5",
+        "loss": "random loss in percent of the frames (MTU-sized: links.offloads), e.g. 1 or 0.5",
         "delay": "one-way delay, e.g. 10ms (needs the kernel's netem)"}
 TABLE_PREFIX = "hpnlab_impair"
 DEFAULT_QUEUE_KB = 256

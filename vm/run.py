@@ -61,6 +61,12 @@ STEPS: dict[str, tuple[int, str, str]] = {
                     ".venv/bin/python -c \"import json,sys; c=json.load(open('$OUT/verify.json')); "
                     "print(sum(x['ok'] for x in c), 'of', len(c), 'checks ok')\"; exit $rc",
                "hpnlab verify on the lab 'up' left running"),
+    # every interface of a host (its ports and bonds), a ToR and an agg sends MTU frames: GSO capped at one
+    # segment by the nodes' ip -batch plan (hpnlab.node.plan.offload_lines), which this kernel must accept
+    "offloads": (120, "for n in s0h0 s0r0a agg0-0; do ip -n hpn-$n -d -j link show; done | python3 -c "
+                      "\"import json,sys; links=[(l['ifname'], l.get('gso_max_segs')) for ln in sys.stdin "
+                      "for l in json.loads(ln)]; print(links); sys.exit(any(n != 'lo' and g != 1 for n, g in links))\"",
+                 "the gso_max_segs of every interface of s0h0, s0r0a and agg0-0 in the lab 'up' left running"),
     "down": (300, "sudo hpnlab down && sudo hpnlab down --lab hpn", "hpnlab down (twice: idempotent)"),
     "link-failure": (2400, ".venv/bin/hpnlab run experiments/host-drivers.yml -n 1 --out /tmp/lf && "
                            "cp /tmp/lf/summary.txt /tmp/lf/results.json $OUT/ && cat /tmp/lf/summary.txt",
@@ -68,7 +74,7 @@ STEPS: dict[str, tuple[int, str, str]] = {
     "kernel-tests": (2400, "./bootstrap test -m kernel -x -q -rP --junitxml=$OUT/kernel-tests.xml",
                      "the suite's kernel subset (pytest -m kernel)"),
 }
-DEFAULT_STEPS = ["up", "doctor", "readme", "verify", "down", "kernel-tests", "link-failure"]
+DEFAULT_STEPS = ["up", "doctor", "readme", "verify", "offloads", "down", "kernel-tests", "link-failure"]
 KERNELS = {"stock": "6.1.", "backports": "6.12."}
 
 

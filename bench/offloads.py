@@ -1,0 +1,129 @@
+"""What MTU-sized packets cost: one TCP stream across the default lab with GSO capped at one segment (the
+default, ``links.offloads: false``) and with the kernel's offloads (``links.offloads: true``), unshaped and
+with every access and uplink shaped, side by side.
+
+    sudo .venv/bin/python bench/offloads.py [--runs 5] [--seconds 5] [--rates 500] [--json results/offloads/offloads.json]
+
+Copies of the default lab run at once, one per (offloads, shaping) pair: "bmtu"/"bgso" unshaped, and for
+the i-th --rates value R "bmtu<i>"/"bgso<i>" with links.access and links.uplink at R Mbit/s. Per run, in alternation over
+the labs: an idle window of --seconds (the machine's CPU with every lab up and nothing sent: the BFD,
+agents and anyone else's work), then one iperf3 TCP stream (--congestion, cubic as the workloads use)
+from s0h0 to s1h0 across the fabric (host -> ToR -> agg -> ToR -> host) for --seconds. Figures per run:
+the receiver's Gbit/s, the sender's retransmits, CPU-seconds of the whole machine (all cores, /proc/stat)
+during the stream less the idle window's, that CPU per GB delivered, and the mean size of what left the
+sender's ports (tx bytes / tx packets of its rail-0 ports: one count per skb, so a super-packet shows).
+Prints the medians and the ratios MTU/offloads, and --json writes every run (with the machine's load
+average at the start: the CPU figures are the whole machine's, so other work on it is noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hpnlab import Lab
+
+PORT = 5298
+PORTS = ("r0p0", "r0p1")  # s0h0's rail-0 ports
+
+
+def cpu_busy() -> float:
+    """Seconds of CPU time spent (not idle, not iowait) on all cores since boot."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def tx(lab: Lab, node: str) -> tuple[int, int]:
+    """(bytes, packets) sent through the node's rail-0 ports so far."""
+    links = json.loads(lab.exec(node, "ip", "-s", "-j", "link", "show", check=True).stdout)
+    st = [ln["stats64"]["tx"] for ln in links if ln["ifname"] in PORTS]
+    return sum(s["bytes"] for s in st), sum(s["packets"] for s in st)
+
+
+def one(lab: Lab, seconds: float, congestion: str) -> dict:
+    dst, src = lab.host_ip("s1h0"), lab.host_ip("s0h0")
+    c0 = cpu_busy()
+    time.sleep(seconds)
+    idle = cpu_busy() - c0
+    srv = subprocess.Popen(lab.runtime.exec_argv("s1h0", ["iperf3", "-s", "-1", "-B", dst, "-p", str(PORT)]),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    b0, p0 = tx(lab, "s0h0")
+    c0 = cpu_busy()
+    r = lab.exec("s0h0", "iperf3", "-c", dst, "-B", src, "-p", str(PORT), "-C", congestion, "-t", f"{seconds:g}",
+                 "-J", timeout=seconds + 30, check=True)
+    cpu = cpu_busy() - c0
+    b1, p1 = tx(lab, "s0h0")
+    srv.wait(timeout=10)
+    end = json.loads(r.stdout)["end"]
+    recv = end["sum_received"]
+    gbytes = recv["bytes"] / 1e9
+    net_cpu = max(cpu - idle * recv["seconds"] / seconds, 1e-9)
+    return {"gbit_s": recv["bits_per_second"] / 1e9, "retransmits": end["sum_sent"].get("retransmits", 0),
+            "cpu_s": cpu, "idle_cpu_s": idle, "net_cpu_s": net_cpu, "cpu_s_per_gb": net_cpu / gbytes,
+            "mean_skb_bytes": (b1 - b0) / max(1, p1 - p0), "skbs": p1 - p0, "gbytes": gbytes}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--rates", default="500", help="comma-separated Mbit/s for the shaped pairs ('' for none)")
+    ap.add_argument("--congestion", default="cubic")
+    ap.add_argument("--json", help="write every run and the medians here")
+    a = ap.parse_args()
+    rates = [float(r) for r in a.rates.split(",") if r.strip()]
+    load = os.getloadavg()
+    setups = {"unshaped": {}}
+    for r in rates:
+        cls = {"rate_mbit": r, "queue_kb": 256}
+        setups[f"shaped_{r:g}mbit"] = {"links": {"access": cls, "uplink": cls}}
+    labs: dict[tuple[str, str], Lab] = {}
+    res: dict[str, dict[str, list[dict]]] = {s: {"mtu": [], "offloads": []} for s in setups}
+    try:
+        for i, (setup, over) in enumerate(setups.items()):
+            for mode, on in (("mtu", False), ("offloads", True)):
+                name = f"b{'gso' if on else 'mtu'}{i or ''}"
+                links = {**over.get("links", {}), "offloads": on}
+                labs[(setup, mode)] = Lab.up("default", name=name, overrides={"links": links})
+        for i in range(a.runs):
+            for (setup, mode), lab in labs.items():
+                r = one(lab, a.seconds, a.congestion)
+                res[setup][mode].append(r)
+                print(f"run {i + 1} {setup:<16} {mode:<8} {r['gbit_s']:6.2f} Gbit/s  {r['cpu_s_per_gb']:6.2f} CPU-s/GB  "
+                      f"retr {r['retransmits']:>5}  mean skb {r['mean_skb_bytes']:>7.0f} B", file=sys.stderr)
+    finally:
+        for lab in labs.values():
+            lab.down()
+    keys = ("gbit_s", "cpu_s_per_gb", "net_cpu_s", "retransmits", "mean_skb_bytes")
+    med = {s: {m: {k: statistics.median(x[k] for x in runs) for k in keys} for m, runs in v.items()}
+           for s, v in res.items()}
+    ratio = {s: {k: v["mtu"][k] / v["offloads"][k] for k in ("gbit_s", "cpu_s_per_gb")} for s, v in med.items()}
+    print(f"median of {a.runs} runs of {a.seconds:g} s, one {a.congestion} TCP stream s0h0 -> s1h0 "
+          f"(host -> ToR -> agg -> ToR -> host):")
+    for s, v in med.items():
+        for m, x in v.items():
+            print(f"  {s:<16} {m:<8} {x['gbit_s']:6.2f} Gbit/s  {x['cpu_s_per_gb']:6.2f} CPU-s per GB  "
+                  f"mean skb {x['mean_skb_bytes']:>6.0f} B  retransmits {x['retransmits']:g}")
+        print(f"  {s:<16} MTU/offloads: throughput x{ratio[s]['gbit_s']:.2f}, CPU per GB x{ratio[s]['cpu_s_per_gb']:.2f}")
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump({"what": "one TCP stream s0h0 -> s1h0 of the default lab, links.offloads false (mtu) vs true",
+                       "kernel": platform.release(), "cpus": os.cpu_count(), "loadavg_at_start": load, "congestion": a.congestion,
+                       "seconds": a.seconds, "rates_mbit": rates, "runs": res, "median": med, "ratio_mtu_over_offloads": ratio},
+                      f, indent=1)
+        print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
