@@ -114,9 +114,10 @@ def run(condition: str, out: Path, reps: int) -> dict:
         per_rep = [x["faults"][0] for x in v["runs"]]
         rows[vname] = {"longest_gap_ms": f["longest_gap_ms"], "converged_gap_ms": f["converged_gap_ms"],
                        "emulator": f.get("emulator"),
-                       "per_rep": [{"gap_ms": x["longest_gap_ms"], **{k: x["emulator"][k] for k in (
-                           "late_ms", "sender_late_ms", "timer_late_ms", "timer_late_node", "psi_some_ms",
-                           "bound_ms", "flagged")}} for x in per_rep],
+                       "per_rep": [{"gap_ms": x["longest_gap_ms"], **{k: x["emulator"].get(k) for k in (
+                           "late_ms", "sender_late_ms", "timer_late_ms", "timer_late_node", "frr_wait_ms",
+                           "frr_wait_daemon", "controller_wait_ms", "psi_some_ms", "bound_ms", "flagged")}}
+                                   for x in per_rep],
                        "run": [x["emulator"] for x in v["runs"]]}
     return {"condition": condition, "seconds": round(time.monotonic() - t, 1), "variants": rows}
 
@@ -133,6 +134,27 @@ def judge(idle: dict, other: dict) -> dict:
         out[v] = {"idle_ms": base, "loaded_ms": med, "diff_ms": round(med - base, 1), "bound_ms": round(bound, 1),
                   "agree": agree, "flagged": flagged, "reps": len(row["per_rep"]),
                   "verdict": "agrees" if agree else ("flagged" if flagged else "DISAGREES UNFLAGGED")}
+    return out
+
+
+def confusion(runs: list[dict]) -> dict:
+    """Every repetition of every condition against the idle median of its variant: did its figure move by
+    more than its own bound, and was it flagged? The meter is right where the two agree; an unflagged
+    repetition that moved is the error that matters (a wrong reading passed as good)."""
+    idle = next((r for r in runs if r["condition"] == "idle"), None)
+    if not idle:
+        return {}
+    out = {"flagged_moved": 0, "flagged_still": 0, "unflagged_moved": 0, "unflagged_still": 0, "cases": []}
+    for r in runs:
+        for v, row in r["variants"].items():
+            base = idle["variants"][v]["longest_gap_ms"]["median"]
+            for x in row["per_rep"]:
+                moved = abs(x["gap_ms"] - base) > x["bound_ms"]
+                key = ("flagged_" if x["flagged"] else "unflagged_") + ("moved" if moved else "still")
+                out[key] += 1
+                out["cases"].append({"condition": r["condition"], "variant": v, "gap_ms": x["gap_ms"],
+                                     "idle_median_ms": base, "bound_ms": x["bound_ms"], "late_ms": x["late_ms"],
+                                     "flagged": x["flagged"], "moved": moved})
     return out
 
 
@@ -161,7 +183,14 @@ def meter_cost(results: list[dict]) -> dict:
     # rates on the default lab: agents' timer wake-ups per minute (from their status), one status write per
     # agent per second, senders' sends per minute (link-failure: 80 flows x 250/s)
     agents = 12
+    t = time.process_time()
+    for _ in range(n):
+        lateness.run_queue_wait_ns(os.getpid())
+    task_us = (time.process_time() - t) / n * 1e6
+    tasks = 37  # the default lab's FRR daemons (12 routers: zebra, bgpd, staticd; bfdd where BFD is on) + controller
     return {"sampler_us_per_read": round(sampler_us, 1), "sampler_cpu_s_per_min": round(sampler_us * 600 / 1e6, 4),
+            "task_us_per_read": round(task_us, 2),
+            "default_lab_tasks_cpu_s_per_min": round(task_us * tasks * 600 / 1e6, 4),
             "record_us_per_timer": round(record_us, 2),
             "status_json_us_worst": round(status_us, 1),
             "default_lab_agents_cpu_s_per_min_worst": round(agents * 60 * status_us / 1e6, 4),
@@ -187,7 +216,8 @@ def main() -> int:
     idle = next((r for r in runs if r["condition"] == "idle"), None)
     verdicts = {r["condition"]: judge(idle, r) for r in runs if idle and r is not idle}
     doc = {"machine": {"cpus": os.cpu_count(), "kernel": os.uname().release, "load_at_start": os.getloadavg()},
-           "runs": runs, "verdicts": verdicts, "meter_cost": meter_cost(runs), "finished": time.time()}
+           "runs": runs, "verdicts": verdicts, "confusion": confusion(runs), "meter_cost": meter_cost(runs),
+           "finished": time.time()}
     (a.out / "fidelity.json").write_text(json.dumps(doc, indent=1))
     lines = [f"{'condition':<8} {'variant':<14} {'gap ms med/max':>15} {'late ms med/max':>16} {'flagged':>8} "
              f"{'PSI some ms':>12}  verdict vs idle"]
@@ -200,6 +230,13 @@ def main() -> int:
                          f"{e.get('flagged', '-')!s:>4}/{e.get('judged', '-')!s:<3} "
                          f"{e.get('psi_some_ms', {}).get('median')!s:>12}  "
                          + (f"{ver['verdict']} ({ver['diff_ms']:+g} ms, bound {ver['bound_ms']:g})" if ver else "-"))
+    cf = doc["confusion"]
+    if cf:
+        n = sum(cf[k] for k in ("flagged_moved", "flagged_still", "unflagged_moved", "unflagged_still"))
+        lines += ["", f"every repetition against its variant's idle median ({n}): moved by more than its own bound "
+                      f"and flagged {cf['flagged_moved']}, flagged but within its bound {cf['flagged_still']}, "
+                      f"moved but NOT flagged {cf['unflagged_moved']}, within its bound and not flagged "
+                      f"{cf['unflagged_still']}"]
     (a.out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n" + "\n".join(lines))
     print("\nmeter cost:", json.dumps(doc["meter_cost"]))
