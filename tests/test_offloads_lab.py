@@ -46,9 +46,10 @@ def count(lab, node: str, hook: str, dev: str, flow: str) -> None:
 
 def source_port_via(lab, port: str, src_ip: str, dst_ip: str) -> int:
     """A TCP source port whose flow to dst_ip the host's multipath route sends out of ``port`` (the kernel's
-    own hash, asked with ``ip route get``)."""
+    own hash, asked with ``ip route get``; protocol 6 by number: a machine without /etc/protocols knows no
+    "tcp")."""
     for sport in range(40000, 40064):
-        r = lab.exec(SRC, "ip", "-j", "route", "get", dst_ip, "from", src_ip, "ipproto", "tcp", "sport", str(sport),
+        r = lab.exec(SRC, "ip", "-j", "route", "get", dst_ip, "from", src_ip, "ipproto", "6", "sport", str(sport),
                      "dport", str(TCP_PORT), check=True)
         if json.loads(r.stdout)[0]["dev"] == port:
             return sport

@@ -67,6 +67,8 @@ STEPS: dict[str, tuple[int, str, str]] = {
                       "\"import json,sys; links=[(l['ifname'], l.get('gso_max_segs')) for ln in sys.stdin "
                       "for l in json.loads(ln)]; print(links); sys.exit(any(n != 'lo' and g != 1 for n, g in links))\"",
                  "the gso_max_segs of every interface of s0h0, s0r0a and agg0-0 in the lab 'up' left running"),
+    "mtu-test": (1500, "./bootstrap test tests/test_offloads_lab.py -x -q -rP --junitxml=$OUT/mtu-test.xml",
+                 "impair loss=1 drops 1 % of MTU frames across the fabric (the lab test; not a default step)"),
     "down": (300, "sudo hpnlab down && sudo hpnlab down --lab hpn", "hpnlab down (twice: idempotent)"),
     "link-failure": (2400, ".venv/bin/hpnlab run experiments/host-drivers.yml -n 1 --out /tmp/lf && "
                            "cp /tmp/lf/summary.txt /tmp/lf/results.json $OUT/ && cat /tmp/lf/summary.txt",

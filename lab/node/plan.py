@@ -59,20 +59,22 @@ def bond_name(rail: int) -> str:
     return f"bond{rail}"
 
 
-# Why: TCP hands a veth TSO/GSO super-packets (54-57 KB measured here), which are cut into MTU frames only
-# where a NIC would do it, after the netdev egress hook and the qdisc. So every per-packet action of the lab
-# (impair loss=, the nftables drops of the faults, spraying, a tbf's byte-limited queue) took or kept ~45
-# frames at once: "1 % loss" dropped one 65,226-byte skb and the sender resent 46 segments. A switch sees
-# MTU frames. gso_max_segs 1 makes the sender's TCP build one-MSS skbs (tcp_tso_segs caps its segments
-# per skb at the route's device's gso_max_segs), so every packet is a frame from the socket on. Chosen over
-# turning TSO/GSO off with ethtool: it is an rtnetlink attribute that ``ip link set`` changes on an existing
-# device (Linux has taken it in do_setlink since before 5.19 bounded it by tso_max_segs; measured on 6.18,
-# run on Debian 12's 6.1 in the VM), so it is one more ``ip -batch`` line of the same plan on every runtime
-# (a container sets it on the links containerlab made), with no ethtool binary in the images or on the
-# machine, and no ioctl code. GRO, the receive side's merging, is off on a veth unless an XDP program or
-# ``ethtool -K gro on`` gives it NAPI, and nothing in a lab does: forwarded frames stay frames. Routers get
-# it too (what they send themselves is BGP and BFD, but a ToR's or agg's own TCP then behaves alike).
-# ``links.offloads: true`` leaves the kernel's default (faster, 64 KB per per-packet action).
+# Why: TCP hands a veth TSO/GSO super-packets (54-57 KB measured here), and a veth, which takes GSO, never
+# cuts them into frames (a NIC would, after the egress hook and the qdisc): one crosses every hop of the
+# fabric whole, to the receiving socket. So every per-packet action of the lab (impair loss=, the nftables
+# drops of the faults, spraying, a tbf's byte-limited queue) took or kept ~45 frames at once: "1 % loss"
+# dropped one 65,226-byte skb and the sender resent 46 segments. A switch sees MTU frames. gso_max_segs 1
+# makes the sender's TCP build one-MSS skbs (tcp_tso_segs caps its segments per skb at the route's device's
+# gso_max_segs), so every packet is a frame from the socket on. Chosen over turning TSO/GSO off with ethtool:
+# it is an rtnetlink attribute that ``ip link set`` changes on an existing device (Linux has taken it in
+# do_setlink since before 5.19 bounded it by tso_max_segs; measured on 6.18, run on Debian 12's 6.1 in the
+# VM), so it is one more ``ip -batch`` line of the same plan on every runtime (a container sets it on the
+# links containerlab made), with no ethtool binary in the images or on the machine, and no ioctl code. GRO,
+# the receive side's merging, is off on a veth unless an XDP program or ``ethtool -K gro on`` gives it NAPI,
+# and nothing in a lab does: forwarded frames stay frames. Routers get it too (what they send themselves is
+# BGP and BFD, but a ToR's or agg's own TCP then behaves alike). ``links.offloads: true`` leaves the kernel's
+# default: an unshaped lab's TCP runs ~16x faster per CPU second, with ~45 frames per per-packet action
+# (docs/design.md, "Interfaces: MTU frames", has the figures).
 def offload_lines(cfg: dict) -> list[str]:
     """One ``ip -batch`` line per interface capping its GSO at one segment, unless the spec keeps offloads."""
     if cfg.get("offloads"):
