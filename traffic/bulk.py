@@ -116,16 +116,17 @@ def _series(stats: dict, cfgs: dict, nic_owner: str, t0: float) -> dict:
 
 
 def summarise(values: list) -> dict:
+    """n, min, median, p90 and max (an infinite ratio, an idle link beside a busy one, is None)."""
     vals = [v for v in values if v is not None]
     if not vals:
-        return {"median": None, "p90": None, "max": None}
+        return {"n": 0, "min": None, "median": None, "p90": None, "max": None}
     s = sorted(vals)
 
     def fin(x):
         return None if isinstance(x, float) and math.isinf(x) else x
 
-    return {"median": fin(s[len(s) // 2]), "p90": fin(s[min(len(s) - 1, math.ceil(0.9 * len(s)) - 1)]),
-            "max": fin(s[-1])}
+    return {"n": len(s), "min": fin(s[0]), "median": fin(s[len(s) // 2]),
+            "p90": fin(s[min(len(s) - 1, math.ceil(0.9 * len(s)) - 1)]), "max": fin(s[-1])}
 
 
 def aggregate(runs: list[dict]) -> dict:
@@ -202,14 +203,14 @@ def summary_table(results: dict) -> str:
                      k.get("map_agrees", "-")))
     w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     out = [f"experiment {results['experiment']}: path-map figures over {_sets(results)} random flow sets "
-           f"(ratios max/min; 'inf' = an idle link beside a busy one); bulk figures median/max over "
+           f"(ratios max/min; 'inf' = an idle link beside a busy one); bulk figures min/median/max over "
            f"{results['repetitions']} run(s)"]
     out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
     uneven = [(name, link, e) for name, v in results["variants"].items()
               for link, e in (v.get("bulk", {}).get("uneven_links") or {}).items()]
     if uneven:
         rows = [("variant", "multipath", "select", "link (below full rate)", "capacity share", "equal share",
-                 "bytes share med/max", "peak queue KB med/max")]
+                 "bytes share min/med/max", "peak queue KB min/med/max")]
         for name, link, e in uneven:
             v = results["variants"][name]
             rows.append((name, v.get("multipath", {}).get("mode", "ecmp"), v.get("select", "-"), link,
@@ -230,10 +231,14 @@ def _sets(results: dict) -> str:
 
 
 def _mm(st: dict | None) -> str:
+    """min/median/max over the runs, so a slow run shows ("inf": an idle link beside a busy one)."""
     if not st or st.get("median") is None:
         return "-"
     mx = "inf" if st.get("max") is None else f"{st['max']:g}"
-    return f"{st['median']:g}/{mx}"
+    if "min" not in st:  # results written before min was kept
+        return f"{st['median']:g}/{mx}"
+    mn = "inf" if st.get("min") is None else f"{st['min']:g}"
+    return f"{mn}/{st['median']:g}/{mx}"
 
 
 def _uneven_axis(ax, links: dict) -> None:
