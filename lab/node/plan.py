@@ -62,7 +62,7 @@ def bond_name(rail: int) -> str:
 # Why: TCP hands a veth TSO/GSO super-packets (54-57 KB measured here), and a veth, which takes GSO, never
 # cuts them into frames (a NIC would, after the egress hook and the qdisc): one crosses every hop of the
 # fabric whole, to the receiving socket. So every per-packet action of the lab (impair loss=, the nftables
-# drops of the faults, spraying, a tbf's byte-limited queue) took or kept ~45 frames at once: "1 % loss"
+# drops of the faults, a tbf's byte-limited queue) took or kept ~45 frames at once: "1 % loss"
 # dropped one 65,226-byte skb and the sender resent 46 segments. A switch sees MTU frames. gso_max_segs 1
 # makes the sender's TCP build one-MSS skbs (tcp_tso_segs caps its segments per skb at the route's device's
 # gso_max_segs), so every packet is a frame from the socket on. Chosen over turning TSO/GSO off with ethtool:
