@@ -14,6 +14,9 @@ during the stream less the idle window's, that CPU per GB delivered, and the mea
 sender's ports (tx bytes / tx packets of its rail-0 ports: one count per skb, so a super-packet shows).
 Prints the medians and the ratios MTU/offloads, and --json writes every run (with the machine's load
 average at the start: the CPU figures are the whole machine's, so other work on it is noise).
+
+Whether MTU frames change the failover figures or the emulator's timing is an experiment beside this file:
+``hpnlab run bench/offloads-failover.yml --out results/offloads/failover``.
 """
 
 from __future__ import annotations
