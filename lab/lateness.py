@@ -11,9 +11,9 @@ Four witnesses, all on the one wall clock every namespace shares:
   wall-clock time during which at least one / every runnable task waited for a CPU) and steal time
   (/proc/stat), sampled by ``CpuSampler`` every 100 ms while a run lasts.
 
-Verdict (``verdict``): a figure is flagged when the emulator's timers were late (or an FRR daemon waited
-for a CPU), inside the figure's own window, by more than ``FRACTION`` of the figure or ``FLOOR_MS``,
-whichever is larger. Every figure has its own window and bound (``traffic/report.py`` judges the converged
+Verdict (``verdict``): a figure is flagged when the emulator's timers or probe senders were late, inside
+the figure's own window, by more than ``FRACTION`` of the figure or ``FLOOR_MS``, whichever is larger
+(FRR's daemons' and the controller's run-queue waits are reported beside it: ``window`` says why). Every figure has its own window and bound (``traffic/report.py`` judges the converged
 gap, the routes' last change and the recovery after the repair each on its own). Timer lateness, not
 PSI, decides: lateness is what moves a measured instant (a detection that fired 40 ms late shows up as
 40 ms more gap), while PSI counts any task waiting, including ones off the critical path (a 2-core
@@ -203,9 +203,12 @@ def window(meter: dict, a: float, b: float) -> dict:
            "timer_late_node": worst_agent if worst_agent and agt[worst_agent] > 0 else None,
            "window_ms": round((b - a) * 1000, 1),
            **cpu_window(meter.get("cpu", []), a, b), **task_window(meter.get("tasks", {}), a, b)}
-    # FRR's daemons are on the critical path of every routed convergence (host routes, BGP, the FIB): the
-    # longest any one of them waited for a CPU is how much later it may have done its part
-    out["late_ms"] = max(out["sender_late_ms"], out["timer_late_ms"], out["frr_wait_ms"] or 0.0)
+    # The FRR daemons' run-queue wait is beside the verdict, not in it: it is cumulative over the window, so
+    # a daemon woken every 100 ms (bfdd) or busy with the whole fabric's updates collects tens of ms of
+    # small waits in any busy second, most of them off the fault's path; in the first runs with it (the
+    # default lab's link-failure, PSI 35-90 %) the worst daemon's wait exceeded the bound of nearly every
+    # figure. bench/fidelity.py counts whether it tells a figure that moved from one that did not.
+    out["late_ms"] = max(out["sender_late_ms"], out["timer_late_ms"])
     return out
 
 

@@ -157,6 +157,10 @@ def test_workload_recovery_is_the_time_until_it_runs_at_90_percent_again():
     assert dead["recovered"] is False and dead["recovery_ms"] == 6000.0 and dead["halt_after_repair_ms"] == 6000.0
     slow = recovered_at(before + [6.0 + i / (rate / 2) for i in range(1, 200)], rate, 6.0, 12.0)
     assert slow["recovered"] is False  # back, but at half speed
+    late = recovered_at(before + [11.4 + i / rate for i in range(24)], rate, 6.0, 12.0)
+    assert late["recovered"] and late["recovery_ms"] == 5400.0  # back 0.6 s before the window's end: judged on that
+    last = recovered_at(before + [11.95 + i / rate for i in range(2)], rate, 6.0, 12.0)
+    assert last["recovered"] is False  # 50 ms left: too little to judge a rate on
 
 
 # --- properties ------------------------------------------------------------------------------------------------

@@ -301,9 +301,9 @@ def emulator_lines(results: dict) -> list[str]:
                f"({wfrr['frr_wait_daemon']}), the controller's up to {max(ctl, default=0):g} ms" if wfrr else "")
             + (f"; CPU pressure (PSI some) {min(psi):g}-{max(psi):g} % of each run" if psi else "")
             + (f", steal {max(steal):g} %" if steal else ""),
-            f"a figure is flagged when, in its own window, an agent's timer or a probe sender was late, or an FRR "
-            f"daemon waited for a CPU, by more than {lateness.FRACTION:.0%} of that figure or {lateness.FLOOR_MS:g} ms "
-            f"(docs/results.md); FLAG names the figures: gap, converged, routes, recovery"]
+            f"a figure is flagged when, in its own window, an agent's timer or a probe sender was late by more than "
+            f"{lateness.FRACTION:.0%} of that figure or {lateness.FLOOR_MS:g} ms (docs/results.md; the daemons' "
+            f"run-queue wait is beside it, in results.json); FLAG names the figures: gap, converged, routes, recovery"]
 
 
 def plot(results: dict, path: Path) -> Path | None:

@@ -179,20 +179,22 @@ def check_hosts(where: str, names_: list[str | None], cfgs: dict[str, NodeConfig
 def recovered_at(marks: list[float], base_rate: float, repair: float, window_end: float) -> dict:
     """When a workload whose progress is ``marks`` (completion times, one per unit of work) was back at
     RECOVERED_FRACTION of ``base_rate`` (units/s) after ``repair``: the first c among the repair and the
-    marks after it from which the next span (1 s, or 10 units at the baseline rate if that is longer)
-    completes at least that share of the baseline's units. The span must end within the window; a workload
-    that never gets there is not recovered, and its recovery_ms is the window's rest (a lower bound)."""
+    marks after it from which the next span (1 s, or 10 units at the baseline rate if that is longer; near
+    the window's end what is left of it, at least 5 units' time) completes at least that share of the
+    baseline's units. A workload that never gets there within the window is not recovered, and its
+    recovery_ms is the window's rest (a lower bound)."""
     after = sorted(t for t in marks if repair <= t < window_end)
     gaps = [b - a for a, b in zip([repair] + after, after + [window_end])]
     out: dict = {"halt_after_repair_ms": round(max(gaps) * 1000, 1)}
     if base_rate <= 0:
         return out
-    span = max(1.0, 10.0 / base_rate)
-    need = RECOVERED_FRACTION * base_rate * span
+    full = max(1.0, 10.0 / base_rate)
     for c in [repair] + after:
-        if c + span > window_end:
+        # near the window's end the span shrinks to what is left, down to 5 units at the baseline rate
+        span = min(full, window_end - c)
+        if span < 5.0 / base_rate:
             break
         done = bisect.bisect_left(after, c + span) - bisect.bisect_right(after, c)  # completed in (c, c + span)
-        if done >= need:
+        if done >= RECOVERED_FRACTION * base_rate * span:
             return {**out, "recovery_ms": round((c - repair) * 1000, 1), "recovered": True}
     return {**out, "recovery_ms": round((window_end - repair) * 1000, 1), "recovered": False}
