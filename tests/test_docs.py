@@ -142,3 +142,59 @@ def test_every_file_the_docs_name_exists():
             if "<" in ref or "*" in ref:
                 continue
             assert (ROOT / ref).exists(), f"{p.name} names {ref}, which does not exist"
+
+
+# A figure the docs quote from a shipped result carries the file and the key it comes from, in a tag just
+# before it that renders as nothing: <!--fig results/x/results.json:variants.v.faults.0.converged_gap_ms.median-->124
+# (a key may end in *100 or /1000 to scale). The number after the tag must be the file's, as rounded where shown.
+FIG = re.compile(r"<!--fig (?P<file>[^:\s]+):(?P<key>[^\s*/]+)(?:(?P<op>[*/])(?P<by>[0-9.]+))?-->\s*(?P<num>-?[0-9][0-9,]*(?:\.[0-9]+)?)")
+
+
+def _resolve(doc, key: str):
+    for part in key.split("."):
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc
+
+
+def _figures():
+    out = []
+    for p in PAGES:
+        text = re.sub(r"```.*?```", "", p.read_text(), flags=re.S)  # an example in a code block is not a figure
+        for m in FIG.finditer(text):
+            out.append((p.name, m))
+    return out
+
+
+def test_tagged_figures_are_the_files_figures():
+    import json
+
+    figs = _figures()
+    assert len(figs) >= 20, f"only {len(figs)} tagged figures: the README's key figures and the results pages carry tags"
+    bad = []
+    for page, m in figs:
+        path = ROOT / m["file"]
+        assert path.exists(), f"{page}: {m['file']} does not exist"
+        try:
+            value = _resolve(json.loads(path.read_text()), m["key"])
+        except (KeyError, IndexError, ValueError, TypeError):
+            bad.append(f"{page}: {m['file']}:{m['key']} is not in the file")
+            continue
+        if m["op"]:
+            value = value * float(m["by"]) if m["op"] == "*" else value / float(m["by"])
+        shown = m["num"].replace(",", "")
+        places = len(shown.split(".")[1]) if "." in shown else 0
+        if round(float(value), places) != float(shown):
+            bad.append(f"{page}: shows {m['num']} for {m['file']}:{m['key']}, the file has {value}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_readmes_key_figures_each_name_their_file():
+    """Every figure in the README's key-figures table comes with its tag (a figure with no file goes)."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("Key figures"):]
+    rows = [r for r in table.splitlines() if r.startswith("| ") and not r.startswith(("| quantity", "|---"))]
+    assert rows
+    for r in rows:
+        cell = r.split("|")[2]
+        if re.search(r"[0-9]", re.sub(r"<!--.*?-->", "", cell)):
+            assert "<!--fig " in cell, f"README key figure without its file: {r}"
