@@ -10,7 +10,7 @@ For each: the longest gap (median/max over repetitions), the meter's lateness in
 how many repetitions it flagged, and CPU pressure; then whether the loaded figures agree with the idle
 ones within the meter's bound or are flagged. Last, the meter's own cost. Writes DIR/fidelity.json.
 Needs root. Usage:
-    sudo .venv/bin/python bench/fidelity.py --out results/fidelity [-n 3] [--conditions idle,hog,1-core]
+    sudo .venv/bin/python bench/fidelity.py --out results/fidelity [-n 3] [--conditions idle,hog,1-core] [--rejudge]
 """
 
 from __future__ import annotations
@@ -107,6 +107,13 @@ def run(condition: str, out: Path, reps: int) -> dict:
                 x.remove()
     if r.returncode != 0:
         raise SystemExit(f"{condition}: hpnlab run exited {r.returncode}: {r.stderr.strip()[-400:]}")
+    return {**figures(d), "condition": condition, "seconds": round(time.monotonic() - t, 1)}
+
+
+def figures(d: Path) -> dict:
+    """One condition's figures from its results.json. A repetition's ``flagged`` is the longest gap's own
+    verdict (the figure ``confusion`` compares); ``frr_flagged`` what the verdict would be with the worst FRR
+    daemon's run-queue wait in the window counted as lateness."""
     res = json.loads((d / "results.json").read_text())
     rows = {}
     for vname, v in res["variants"].items():
@@ -116,10 +123,15 @@ def run(condition: str, out: Path, reps: int) -> dict:
                        "emulator": f.get("emulator"),
                        "per_rep": [{"gap_ms": x["longest_gap_ms"], **{k: x["emulator"].get(k) for k in (
                            "late_ms", "sender_late_ms", "timer_late_ms", "timer_late_node", "frr_wait_ms",
-                           "frr_wait_daemon", "controller_wait_ms", "psi_some_ms", "bound_ms", "flagged")}}
+                           "frr_wait_daemon", "controller_wait_ms", "psi_some_ms", "bound_ms")},
+                                    "flagged": (x["emulator"].get("figures", {}).get("longest_gap_ms")
+                                                or x["emulator"])["flagged"],
+                                    "any_figure_flagged": x["emulator"]["flagged"],
+                                    "frr_flagged": max(x["emulator"]["late_ms"], x["emulator"].get("frr_wait_ms") or 0)
+                                    > x["emulator"]["bound_ms"]}
                                    for x in per_rep],
                        "run": [x["emulator"] for x in v["runs"]]}
-    return {"condition": condition, "seconds": round(time.monotonic() - t, 1), "variants": rows}
+    return {"variants": rows}
 
 
 def judge(idle: dict, other: dict) -> dict:
@@ -144,7 +156,9 @@ def confusion(runs: list[dict]) -> dict:
     idle = next((r for r in runs if r["condition"] == "idle"), None)
     if not idle:
         return {}
-    out = {"flagged_moved": 0, "flagged_still": 0, "unflagged_moved": 0, "unflagged_still": 0, "cases": []}
+    out = {"flagged_moved": 0, "flagged_still": 0, "unflagged_moved": 0, "unflagged_still": 0,
+           "with_frr_wait": {"flagged_moved": 0, "flagged_still": 0, "unflagged_moved": 0, "unflagged_still": 0},
+           "cases": []}
     for r in runs:
         for v, row in r["variants"].items():
             base = idle["variants"][v]["longest_gap_ms"]["median"]
@@ -152,6 +166,7 @@ def confusion(runs: list[dict]) -> dict:
                 moved = abs(x["gap_ms"] - base) > x["bound_ms"]
                 key = ("flagged_" if x["flagged"] else "unflagged_") + ("moved" if moved else "still")
                 out[key] += 1
+                out["with_frr_wait"][("flagged_" if x["frr_flagged"] else "unflagged_") + ("moved" if moved else "still")] += 1
                 out["cases"].append({"condition": r["condition"], "variant": v, "gap_ms": x["gap_ms"],
                                      "idle_median_ms": base, "bound_ms": x["bound_ms"], "late_ms": x["late_ms"],
                                      "flagged": x["flagged"], "moved": moved})
@@ -203,6 +218,7 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("-n", "--repetitions", type=int, default=3)
     ap.add_argument("--conditions", default="idle,hog,1-core")
+    ap.add_argument("--rejudge", action="store_true", help="judge the runs already in OUT/runs again, run nothing")
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/fidelity.py: needs root (it brings labs up and makes cgroups)", file=sys.stderr)
@@ -211,6 +227,9 @@ def main() -> int:
     conds = a.conditions.split(",")
     runs = []
     for c in conds:
+        if a.rejudge:  # the runs already made: judge them again (a changed verdict rule), run nothing
+            runs.append({**figures(a.out / "runs" / c), "condition": c, "seconds": None})
+            continue
         print(f"[{time.strftime('%H:%M:%S')}] {c}: hpnlab run link-failure ({VARIANTS}) -n {a.repetitions}", flush=True)
         runs.append(run(c, a.out, a.repetitions))
     idle = next((r for r in runs if r["condition"] == "idle"), None)
@@ -236,7 +255,9 @@ def main() -> int:
         lines += ["", f"every repetition against its variant's idle median ({n}): moved by more than its own bound "
                       f"and flagged {cf['flagged_moved']}, flagged but within its bound {cf['flagged_still']}, "
                       f"moved but NOT flagged {cf['unflagged_moved']}, within its bound and not flagged "
-                      f"{cf['unflagged_still']}"]
+                      f"{cf['unflagged_still']}",
+                  "the same with the worst FRR daemon's run-queue wait counted as lateness: " + ", ".join(
+                      f"{k.replace('_', ' ')} {n}" for k, n in cf["with_frr_wait"].items())]
     (a.out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n" + "\n".join(lines))
     print("\nmeter cost:", json.dumps(doc["meter_cost"]))
