@@ -115,7 +115,7 @@ def figures(d: Path) -> dict:
     verdict (the figure ``confusion`` compares); ``frr_flagged`` what the verdict would be with the worst FRR
     daemon's run-queue wait in the window counted as lateness."""
     res = json.loads((d / "results.json").read_text())
-    rows = {}
+    rows: dict = {}
     for vname, v in res["variants"].items():
         f = v["faults"][0]
         per_rep = [x["faults"][0] for x in v["runs"]]
@@ -131,7 +131,7 @@ def figures(d: Path) -> dict:
                                     > x["emulator"]["bound_ms"]}
                                    for x in per_rep],
                        "run": [x["emulator"] for x in v["runs"]]}
-    return {"variants": rows}
+    return {"variants": rows, "provenance": res.get("provenance")}
 
 
 def judge(idle: dict, other: dict) -> dict:
@@ -171,6 +171,14 @@ def confusion(runs: list[dict]) -> dict:
                                      "idle_median_ms": base, "bound_ms": x["bound_ms"], "late_ms": x["late_ms"],
                                      "flagged": x["flagged"], "moved": moved})
     return out
+
+
+def kept_cost(out: Path) -> dict:
+    """--rejudge measures nothing: the meter's cost stays the one measured with the runs."""
+    try:
+        return json.loads((out / "fidelity.json").read_text())["meter_cost"]
+    except (OSError, ValueError, KeyError):
+        return {}
 
 
 def meter_cost(results: list[dict]) -> dict:
@@ -234,8 +242,9 @@ def main() -> int:
         runs.append(run(c, a.out, a.repetitions))
     idle = next((r for r in runs if r["condition"] == "idle"), None)
     verdicts = {r["condition"]: judge(idle, r) for r in runs if idle and r is not idle}
-    doc = {"machine": {"cpus": os.cpu_count(), "kernel": os.uname().release, "load_at_start": os.getloadavg()},
-           "runs": runs, "verdicts": verdicts, "confusion": confusion(runs), "meter_cost": meter_cost(runs),
+    doc = {"provenance": next((r["provenance"] for r in runs if r.get("provenance")), None),  # the runs' own
+           "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release, "load_at_start": os.getloadavg()},
+           "runs": runs, "verdicts": verdicts, "confusion": confusion(runs), "meter_cost": kept_cost(a.out) if a.rejudge else meter_cost(runs),
            "finished": time.time()}
     (a.out / "fidelity.json").write_text(json.dumps(doc, indent=1))
     lines = [f"{'condition':<8} {'variant':<14} {'gap ms med/max':>15} {'late ms med/max':>16} {'flagged':>8} "

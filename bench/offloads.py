@@ -120,7 +120,10 @@ def main() -> int:
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         with open(a.json, "w") as f:
+            from hpnlab import provenance
+
             json.dump({"what": "one TCP stream s0h0 -> s1h0 of the default lab, links.offloads false (mtu) vs true",
+                       "provenance": provenance.collect(),
                        "kernel": platform.release(), "cpus": os.cpu_count(), "loadavg_at_start": load, "congestion": a.congestion,
                        "seconds": a.seconds, "rates_mbit": rates, "runs": res, "median": med, "ratio_mtu_over_offloads": ratio},
                       f, indent=1)

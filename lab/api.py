@@ -117,7 +117,7 @@ def probe_result(sender: dict, receiver: dict, fault_log: list[dict], report_dir
     ends = [f.get("reverted") for f in during]
     end = max(ends) if during and all(e is not None for e in ends) else None
     m = measure.fault_metrics(flows, start, end, sender["end"] + 1.0 / sender["rate_per_flow"])
-    blackholed = m["blackholed_flows"] if during else 0
+    blackholed = (m["blackholed_flows"] or 0) if during else 0  # None: a fault not yet repaired
     per_flow = []
     for fl in flows:
         gaps = [round(g.ms, 1) for g in fl.gaps if g.missing > 0]

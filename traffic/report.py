@@ -3,6 +3,7 @@ time, faults shaded, variants side by side)."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from hpnlab import lateness
@@ -114,12 +115,10 @@ def emulator_verdict(meter: dict, entry: dict, start: float, window_end: float, 
         windows["routes_last_ms"] = (start - p, min(window_end, start + entry["routes_last_ms"] / 1000 + p))
     if stop is not None and entry.get("recovery_after_repair_ms"):
         windows["recovery_after_repair_ms"] = (stop - p, min(window_end, stop + entry["recovery_after_repair_ms"] / 1000 + p))
-    figures = {}
-    for name, (a, b) in windows.items():
-        v = lateness.verdict(entry.get(name), lateness.window(meter, a, max(a, b)))
-        figures[name] = {k: v[k] for k in ("late_ms", "bound_ms", "flagged")}
-    top = lateness.verdict(entry["longest_gap_ms"], lateness.window(meter, *windows["longest_gap_ms"]))
-    return {**top, "flagged": any(f["flagged"] for f in figures.values()),
+    verdicts = {name: lateness.verdict(entry.get(name), lateness.window(meter, a, max(a, b)))
+                for name, (a, b) in windows.items()}
+    figures = {name: {k: v[k] for k in ("late_ms", "bound_ms", "flagged")} for name, v in verdicts.items()}
+    return {**verdicts["longest_gap_ms"], "flagged": any(f["flagged"] for f in figures.values()),
             "flagged_figures": [n for n in JUDGED if figures.get(n, {}).get("flagged")], "figures": figures}
 
 
@@ -347,8 +346,7 @@ def plot(results: dict, path: Path) -> Path | None:
             if not per_run:
                 continue
             cols = list(zip(*per_run))
-            med = [sorted(c)[len(c) // 2] if len(c) % 2 else sum(sorted(c)[len(c) // 2 - 1:len(c) // 2 + 1]) / 2
-                   for c in cols]
+            med = [statistics.median(c) for c in cols]
             n = len(per_run)
             if all(y == 0 for y in med) and all(max(c) == 0 for c in cols):
                 label = f"probe {sname}: nothing delivered"

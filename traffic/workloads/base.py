@@ -13,9 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpnlab.errors import SpecError
 from hpnlab.models import NodeConfig
+from hpnlab.node import tcpcc
 
 START_SLACK = 2.0  # seconds between launching a repetition's processes and its common start time t0
-CONGESTION_DEFAULT = "cubic"  # Debian's and Ubuntu's kernels' default (docs/experiments.md: congestion control)
+CONGESTION_DEFAULT = tcpcc.DEFAULT  # Debian's and Ubuntu's kernels' default (docs/experiments.md: congestion control)
 CONGESTION_NAME = re.compile(r"[a-z][a-z0-9_]{0,14}")  # a kernel algorithm's name (TCP_CA_NAME_MAX 16)
 RECOVERED_FRACTION = 0.9  # a workload is back when it runs at this share of its pre-fault rate again
 
