@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from hpnlab.traffic import measure, report
+from hpnlab.node import rtnl
+from hpnlab.traffic import measure, nodebytes, report
 from hpnlab.traffic.workloads.base import recovered_at
 
 IV = 0.004  # 250 probe packets/s per flow
@@ -235,3 +236,78 @@ def test_a_faults_figures_do_not_depend_on_other_windows(tl, where):
     extra = trace([(a, a + 0.2)], end=end, flow=99)
     after = measure.fault_metrics(flows + [extra], s, r, window_end)
     assert {k: v for k, v in after.items() if k != "flows"} == {k: v for k, v in before.items() if k != "flows"}
+
+
+# --- the load a failed agg leaves on its plane (traffic/nodebytes.py) ---------------------------------------------
+def _readings(key: str, before: dict[str, float], during: dict[str, float]) -> list[dict]:
+    """The four readings of one fault whose nodes sent ``before``/``during`` bytes/s, 1 s windows ending
+    at 1.95 s and 6.95 s; each node read 2 ms after the one before it (a sweep over 60 aggs takes time)."""
+    out, total = [], {n: 1_000_000 for n in before}
+    for window, start, rates in (("before", 0.95, before), ("during", 5.95, during)):
+        for edge in (0, 1):
+            t = start + edge
+            nodes = {}
+            for k, n in enumerate(sorted(rates)):
+                nodes[n] = [t + 0.002 * k, total[n] + (rates[n] if edge else 0)]
+            if edge:
+                total = {n: total[n] + rates[n] for n in rates}
+            out.append({"fault": key, "window": window, "edge": edge, "nodes": nodes})
+    return out
+
+
+def test_the_load_a_failed_agg_leaves_is_shared_by_its_survivors():
+    """Three aggs at 300 kB/s each; one fails and the two left carry 450 kB/s each: x1.5, the even split's
+    3/2, each survivor's share 1/3 -> 1/2."""
+    r = _readings("power-off agg0-0@2", {"agg0-0": 300e3, "agg0-1": 300e3, "agg0-2": 300e3},
+                  {"agg0-0": 0.0, "agg0-1": 450e3, "agg0-2": 450e3})
+    ld = nodebytes.load(r, "power-off agg0-0@2", "agg0-0", ["agg0-1", "agg0-2"])
+    assert ld["node_before_Bps"] == 300000 and ld["node_during_Bps"] == 0 and ld["survivors"] == 2
+    assert ld["survivor_before_Bps"] == 300000 and ld["survivor_during_Bps"] == 450000
+    assert ld["survivor_ratio"] == 1.5 == ld["even_ratio"]
+    assert ld["survivor_share_before"] == 0.3333 and ld["survivor_share_during"] == 0.5
+    # an uneven spread shows: one survivor takes it all
+    r = _readings("k", {"a": 300e3, "b": 300e3, "c": 300e3}, {"a": 0.0, "b": 900e3, "c": 0.0})
+    ld = nodebytes.load(r, "k", "a", ["b", "c"])
+    assert ld["survivor_during_max_Bps"] == 900000 and ld["survivor_during_min_Bps"] == 0
+    assert ld["survivor_ratio"] == 1.5 and ld["survivor_share_during"] == 0.5
+    # no reading of a window (a lab that is not on this machine): no figure, not a zero
+    assert nodebytes.load([x for x in r if x["window"] == "before"], "k", "a", ["b", "c"]) is None
+    assert nodebytes.load(r, "another fault", "a", ["b", "c"]) is None
+
+
+def test_an_aggs_peers_are_the_aggs_of_its_plane():
+    from types import SimpleNamespace as N
+    cfgs = {"agg0-0": N(role="agg", asn=65000), "agg0-1": N(role="agg", asn=65000),
+            "agg1-0": N(role="agg", asn=65001), "s0r0a": N(role="tor", asn=65100), "s0h0": N(role="host", asn=None)}
+    assert nodebytes.peers_of(cfgs, "agg0-0") == ["agg0-1"]
+    assert nodebytes.peers_of(cfgs, "agg1-0") == []  # alone in its plane: no survivor to share with
+    assert nodebytes.peers_of(cfgs, "s0r0a") == [] and nodebytes.peers_of(cfgs, "nope") == []
+    assert nodebytes.windows(2.0, 7.0, 15.0) == {"before": (0.95, 1.95), "during": (5.95, 6.95)}
+    assert nodebytes.windows(2.0, None, 15.0)["during"] == (13.95, 14.95)
+
+
+def test_a_nodes_bytes_are_its_interfaces_tx_bytes_but_the_loopbacks():
+    import struct
+
+    def link(name: str, tx: int) -> tuple[int, bytes]:
+        stats = struct.pack("=4Q", 1, 2, 3, tx) + bytes(8 * 19)
+        return rtnl.RTM_NEWLINK, bytes(16) + rtnl.attr(rtnl.IFLA_IFNAME, name.encode() + b"\0") + \
+            rtnl.attr(nodebytes.IFLA_STATS64, stats)
+
+    assert nodebytes.tx_bytes([link("lo", 10**9), link("s0r0a", 1500), link("s1r0a", 64)]) == 1564
+
+
+def test_the_load_goes_into_the_summary():
+    runs = [_agg_run(100.0, 10.0) for _ in range(3)]
+    for k, r in enumerate(runs):
+        r["faults"][0]["load"] = {"node": "agg0-0", "survivors": 1, "node_before_Bps": 2000 + k, "node_during_Bps": 0,
+                                  "survivor_before_Bps": 1000, "survivor_during_Bps": 2000 + 1000 * k,
+                                  "survivor_ratio": 2.0 + k, "even_ratio": 2.0, "survivor_share_before": 0.5,
+                                  "survivor_share_during": 1.0, "survivor_during_min_Bps": 2000,
+                                  "survivor_during_max_Bps": 2000}
+    agg = report.aggregate(runs)
+    assert agg[0]["load"]["survivor_ratio"] == {"n": 3, "min": 2.0, "median": 3.0, "max": 4.0}
+    text = report.summary_table({"experiment": "x", "repetitions": 3, "duration": 11,
+                                 "variants": {"clos": {"runs": runs, "faults": agg}}})
+    assert "load clos / link-down s0h0:r0p0: agg0-0 2/2/2 -> 0/0/0 kB/s; per survivor (1/1/1) 1/1/1 -> 2/3/4 kB/s, " \
+           "x2/3/4 (even split x2/2/2)" in text

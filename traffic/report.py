@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from hpnlab import lateness
-from hpnlab.traffic import faults as faultkinds, measure, timeline, workloads
+from hpnlab.traffic import faults as faultkinds, measure, nodebytes, timeline, workloads
 from hpnlab.traffic.experiment import Plan
 
 TIMELINE_EVENTS = 400  # per fault in results.json (a segment's FIB changes run to thousands)
@@ -16,6 +16,9 @@ METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows
            "converged_gap_ms", "after_repair_gap_ms", "lost_after_repair", "lost_after_repair_1s",
            "recovery_after_repair_ms")
 WORKLOAD_METRICS = ("throughput_pct", "longest_halt_ms", "recovery_ms", "halt_after_repair_ms")
+LOAD_METRICS = ("survivors", "node_before_Bps", "node_during_Bps", "survivor_before_Bps", "survivor_during_Bps",
+                "survivor_ratio", "even_ratio", "survivor_share_before", "survivor_share_during",
+                "survivor_during_min_Bps", "survivor_during_max_Bps")
 
 
 # --- workload ------------------------------------------------------------------------------------------------
@@ -46,7 +49,7 @@ def workload_recovery(w: dict | None, t0: float, base_end: float, repair: float 
 # --- one repetition ------------------------------------------------------------------------------------------
 def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flow]], senders: dict,
                       receivers: dict, events: list[dict], workload: dict | None, meter: dict | None = None,
-                      agent_events: dict | None = None) -> dict:
+                      agent_events: dict | None = None, node_bytes: dict | None = None) -> dict:
     t0, end_run = rep["t0"], rep["t0"] + rep["duration"]
     tl = rep["timeline"]
     first_fault = min((f["applied"] for f in tl), default=end_run)
@@ -69,6 +72,11 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
         entry["routes_last_ms"] = max((v["last_ms"] for v in fail.values()), default=None)
         entry["workload"] = {**workload_window(workload, t0, first_fault, start, stop or window_end),
                              **workload_recovery(workload, t0, first_fault, stop, window_end)}
+        peers = nodebytes.peers_of(plan.cfgs, f.get("node") or "")
+        if node_bytes and peers:  # the failed router's load on its peers (nodebytes.json)
+            ld = nodebytes.load(node_bytes.get("readings", []), nodebytes.fault_key(f["label"], f["at"]), f["node"], peers)
+            if ld:
+                entry["load"] = ld
         entry["emulator"] = emulator_verdict(meter or {}, entry, start, window_end, stop,
                                              measure.converged(allflows, start, stop, window_end))
         tline = timeline.build(f, window_end, agent_events or {}, events, allflows, entry["emulator"]["late_ms"])
@@ -161,6 +169,10 @@ def aggregate(runs: list[dict]) -> list[dict]:
             e["emulator"]["judged"] = len(em)
             e["emulator"]["flagged_figures"] = {n: sum(n in (x.get("flagged_figures") or []) for x in em)
                                                 for n in JUDGED if any(n in (x.get("flagged_figures") or []) for x in em)}
+        loads = [x["load"] for x in rows if x.get("load")]
+        if loads:
+            e["load"] = {"node": loads[0]["node"],
+                         **{m: measure.summarise([x.get(m) for x in loads]) for m in LOAD_METRICS}}
         if rows[0]["workload"]:
             e["workload"] = {m: measure.summarise([x["workload"].get(m) for x in rows]) for m in WORKLOAD_METRICS}
             rec = [x["workload"]["recovered"] for x in rows if "recovered" in x["workload"]]
@@ -261,7 +273,28 @@ def summary_table(results: dict) -> str:
                         f"window's end stops: the receivers had stopped listening)" if pr.get("unsent") else ""))
     lines += emulator_lines(results)
     lines += split_lines(results)
+    lines += load_lines(results)
     return "\n".join(lines)
+
+
+def load_lines(results: dict) -> list[str]:
+    """The failed router's load on its peers (nodebytes), per fault that has it: bytes/s per survivor in
+    the second before the fault and the second before its repair, and their shares beside the even split."""
+    out = []
+    for vname, v in results["variants"].items():
+        for f in v.get("faults", []):
+            ld = f.get("load")
+            if not ld:
+                continue
+            kb = {k: _mm({m: (round(x / 1000, 1) if isinstance(x, (int, float)) and m != "n" else x)
+                          for m, x in ld[k].items()})
+                  for k in ("node_before_Bps", "node_during_Bps", "survivor_before_Bps", "survivor_during_Bps")}
+            out.append(f"load {vname} / {f['fault']}: {ld['node']} {kb['node_before_Bps']} -> {kb['node_during_Bps']} "
+                       f"kB/s; per survivor ({_mm(ld['survivors'])}) {kb['survivor_before_Bps']} -> "
+                       f"{kb['survivor_during_Bps']} kB/s, x{_mm(ld['survivor_ratio'])} (even split "
+                       f"x{_mm(ld['even_ratio'])}); a survivor's share {_mm(ld['survivor_share_before'])} -> "
+                       f"{_mm(ld['survivor_share_during'])} (before -> during the fault, min/median/max)")
+    return out
 
 
 def split_lines(results: dict) -> list[str]:

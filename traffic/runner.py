@@ -23,7 +23,7 @@ from hpnlab.proc import kill_pids
 from hpnlab.progress import Progress, as_progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import measure, report, routemon, timeline, workloads
+from hpnlab.traffic import measure, nodebytes, report, routemon, timeline, workloads
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
@@ -51,6 +51,7 @@ class Repetition:
         self.procs: list[tuple[dict, subprocess.Popen]] = []
         self.monitors: list[tuple[str, subprocess.Popen]] = []  # the route watcher (and ip monitor on c9s)
         self.timeline: list[dict] = []
+        self.counters: nodebytes.Reader | None = None  # the failed router's peers' bytes (nodebytes.json)
 
     def _spawn(self, spec: dict) -> None:
         out = Path(spec["out"]) if spec.get("stdout_report") else None  # else the program writes --out itself
@@ -78,6 +79,9 @@ class Repetition:
         self.lab.spare({p.pid for _n, p in self.monitors})
         t0 = time.time() + START_SLACK
         plan = launch_plan(self.plan, self.dir, t0, self.duration)
+        moments, nodes = nodebytes.plan_moments(self.plan.faults, self.plan.cfgs, t0, self.duration)
+        if moments:
+            self.counters = nodebytes.Reader(self.lab.runtime, moments, nodes).start()
         delayed = []
         for spec in plan:
             if spec.get("delay"):
@@ -121,6 +125,8 @@ class Repetition:
                 raise RuntimeFailure(f"{spec['role']} on {spec['node']} exited {p.returncode}; "
                                      f"see {self.dir / 'processes.log'}")
         time.sleep(0.3)  # let the route monitors print the repair
+        if self.counters is not None:
+            (self.dir / "nodebytes.json").write_text(json.dumps(self.counters.stop()))
         return {"t0": t0, "duration": self.duration, "timeline": self.timeline, "procs": plan}
 
     def _check_procs(self) -> None:
@@ -132,6 +138,8 @@ class Repetition:
     def cleanup(self) -> None:
         with shielded("reverting the faults and stopping the traffic"):
             self.lab.revert_faults()
+            if self.counters is not None:
+                self.counters.stop()
             self.progress.end_bar()
             ours = {p.pid: (lambda c: True) for _s, p in self.procs if p.poll() is None}
             ours.update({p.pid: (lambda c: True) for _n, p in self.monitors if p.poll() is None})
@@ -160,7 +168,8 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
     agents, agent_events = (_json_or_empty(run_dir / f) for f in ("timers.json", "agent-events.json"))
     meter = lateness.meter_of(senders, agents, lateness.load_cpu(run_dir / "cpu.json"),
                               lateness.load_tasks(run_dir / "cpu.json"))
-    return report.repetition_result(rep, plan, streams, senders, receivers, events, workload, meter, agent_events)
+    return report.repetition_result(rep, plan, streams, senders, receivers, events, workload, meter, agent_events,
+                                    _json_or_empty(run_dir / "nodebytes.json"))
 
 
 def _json_or_empty(path: Path) -> dict:
