@@ -1,4 +1,5 @@
-"""Traffic subcommands: run (experiments), fail (one fault on a running lab), capture (pcap), probe (scapy)."""
+"""Traffic subcommands: run (experiments), compare (two runs' figures), fail (one fault on a running lab), capture
+(pcap), probe (scapy)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import need_root, open_lab, resolve_lab
 from hpnlab.progress import Progress
 from hpnlab.signals import shielded
-from hpnlab.traffic import experiment, faults, impair, nodetools, runner
+from hpnlab.traffic import compare, experiment, faults, impair, nodetools, runner
 
 
 def _lab(args):
@@ -27,6 +28,7 @@ def run_cmd(args) -> int:
     only = [v for v in args.variants.split(",") if v] if args.variants else None
     exp = experiment.load(path, only, args.repetitions, args.duration)  # validates before anything runs
     runtimes.get(args.runtime)  # an unknown runtime is refused before --out is created
+    baseline = _baseline(args, exp)  # a bad --baseline is refused before anything runs
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise SpecError(f"--out: '{out}' is a file; give a new or empty directory")
@@ -51,22 +53,54 @@ def run_cmd(args) -> int:
                   f"{exp.doc.duration:g} s -> {out}")
         results = runner.run_experiment(exp, out, args.runtime, bar)
     png, table = runner.write_results(results, out)
+    cmp = None
+    if baseline is not None:
+        cmp = compare.compare(baseline, out, args.ignore or ())
+        compare.write_reports(cmp, args.junit, args.markdown)
     if args.json:
         tl = out / "timeline.png"
         json.dump({"results": str(out / "results.json"), "plot": str(png) if png else None,
                    "timeline": str(tl) if tl.exists() else None,
                    "variants": {n: {"error": v.get("error"), "faults": v["faults"]} for n, v in
-                                results["variants"].items()}}, sys.stdout, indent=1)
+                                results["variants"].items()},
+                   **({"comparison": cmp.to_dict()} if cmp else {})}, sys.stdout, indent=1)
         print()
     else:
         print(table)
         print(f"results: {out / 'results.json'}" + (f"   plot: {png}" if png else f"   (no plot: {runner.no_plot_reason()})")
               + (f"   timeline: {out / 'timeline.png'}" if (out / "timeline.png").exists() else ""))
+        if cmp:
+            print(cmp.table())
     failed = [n for n, v in results["variants"].items() if v.get("error")]
     if failed:
         raise RuntimeFailure(f"variant(s) {', '.join(failed)} failed: " +
                              results["variants"][failed[0]]["error"])
-    return 0
+    return 0 if cmp is None or cmp.ok else 1
+
+
+def _baseline(args, exp: experiment.Experiment):
+    """--baseline's results, checked against the experiment about to run (one line, exit 2, before any lab);
+    --junit and --markdown are its reports."""
+    if args.baseline is None:
+        for flag, given in (("--junit", args.junit), ("--markdown", args.markdown), ("--ignore", args.ignore)):
+            if given:
+                raise SpecError(f"{flag}: goes with --baseline (it is about the comparison)")
+        return None
+    base, _ = compare.load(args.baseline, "--baseline")
+    compare.check_pair(base, {"experiment": exp.name}, [p.name for p in exp.plans])
+    return base
+
+
+# --- compare ---------------------------------------------------------------------------------------------------
+def compare_cmd(args) -> int:
+    cmp = compare.compare(args.baseline, args.candidate, args.ignore or ())
+    compare.write_reports(cmp, args.junit, args.markdown)
+    if args.json:
+        json.dump(cmp.to_dict(), sys.stdout, indent=1)
+        print()
+    else:
+        print(cmp.table(every=args.all))
+    return 0 if cmp.ok else 1
 
 
 # --- fail --------------------------------------------------------------------------------------------------
@@ -201,7 +235,37 @@ def add_parsers(sub) -> None:
                                                         "(refused without it, shipped results included)")
     r.add_argument("--reanalyse", action="store_true",
                    help="recompute results.json, plot and summary from DIR/raw without running anything")
+    r.add_argument("--baseline", metavar="BASEDIR",
+                   help="compare every figure with an earlier run's folder (as 'hpnlab compare BASEDIR DIR'); "
+                        "exit 1 when a figure got worse beyond its tolerance")
+    r.add_argument("--junit", metavar="FILE", help="with --baseline: JUnit XML, one testcase per figure")
+    r.add_argument("--markdown", metavar="FILE", help="with --baseline: a Markdown report (a PR comment)")
+    r.add_argument("--ignore", metavar="FIGURE", action="append",
+                   help="with --baseline: report this figure (a name or pattern, e.g. 'workload.*') without "
+                        "judging it; repeatable")
     r.set_defaults(func=run_cmd)
+
+    cp = sub.add_parser("compare", help="compare every figure of two result folders; exit 1 on a regression",
+                        description="Compare a candidate run of an experiment with a baseline run of it: every "
+                                    "figure of every variant, fault and stream both hold. The candidate's median "
+                                    "is worse when it lies beyond the baseline's median by more than the "
+                                    "baseline's spread (max - min over its repetitions) plus the lateness meter's "
+                                    "bound (10 % of the figure or 5 ms; counts of flows: the spread alone). Exit 0: "
+                                    "no regression; 1: a regression (the table lists it); 2: bad input. "
+                                    "docs/baselines.md has the rule per figure and a CI recipe.",
+                        epilog="examples:\n  hpnlab compare results/link-failure /tmp/lf\n"
+                               "  hpnlab compare base/ new/ --junit report.xml --markdown report.md")
+    cp.add_argument("baseline", help="the baseline's folder (or its results.json)")
+    cp.add_argument("candidate", help="the candidate's folder (or its results.json)")
+    cp.add_argument("--all", action="store_true", help="list every figure, not only the ones worse, better or "
+                                                       "in one side only")
+    cp.add_argument("--junit", metavar="FILE", help="write JUnit XML: one testcase per figure, a failure per "
+                                                    "regression")
+    cp.add_argument("--markdown", metavar="FILE", help="write a Markdown report (a PR comment)")
+    cp.add_argument("--ignore", metavar="FIGURE", action="append",
+                    help="report this figure (a name or pattern, e.g. 'workload.*') without judging it; repeatable")
+    cp.add_argument("--json", action="store_true", help="print every figure's comparison as JSON for scripts")
+    cp.set_defaults(func=compare_cmd)
 
     f = sub.add_parser("fail", help="inject one fault into a running lab (reverted after --for, on Ctrl-C, or by --clear)",
                        description="Kinds:\n" + "\n".join(f"{k}: {v}" for k, v in faults.KINDS.items()),
