@@ -125,7 +125,7 @@ def test_counts_are_compared_as_counts():
     assert row(compare.compare(results(gap=(1, 2, 3), recovered_runs=1), results(gap=(2,), recovered_runs=0)),
                "recovered").verdict == "within"
     r = row(compare.compare(results(gap=(1, 2, 3)), results(gap=(1, 2, 3), workload_back=2)), "workload.back")
-    assert r.verdict == "worse" and "2 of 3" in r.note
+    assert r.verdict == "worse" and "2 of 3 repetitions" in r.note
 
 
 def test_lost_packets_bound_is_5_ms_of_the_streams_packets():
@@ -260,3 +260,12 @@ def test_ignored_figures_are_reported_not_judged(tmp_path, capsys):
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("failures") == "0" and int(suite.get("skipped")) >= 1
     capsys.readouterr()
+
+
+def test_a_workload_that_died_where_the_baseline_lived_is_worse():
+    base, cand = results(gap=(1, 2, 3)), results(gap=(1, 2, 3))
+    base["variants"]["clos"]["faults"][0]["workload"]["dead_runs"] = 0
+    cand["variants"]["clos"]["faults"][0]["workload"]["dead_runs"] = 1
+    r = row(compare.compare(base, cand), "workload.alive")
+    assert r.verdict == "worse" and r.worse == "fewer" and "2 of 3 repetitions" in r.note
+    assert row(compare.compare(cand, base), "workload.alive").verdict == "within"

@@ -50,8 +50,9 @@ KINDS: dict[str, tuple[str, str]] = {
 # Beside the figures, never judged: when the first route changed, where a converged gap's ms went (the
 # converged gap itself is judged), a bulk link's byte share (closeness to its capacity share is the point,
 # not a direction). Unknown figures (a new workload's) are reported as information too.
-RUNS = ("recovered", "workload.back")
-SKIPPED = ("ignored", "baseline only", "candidate only", "no value")  # JUnit: reported, not judged  # how many repetitions recovered / had the workload back: counts of runs
+# Counts of repetitions: that recovered, that had the workload back, that kept the workload's program alive.
+RUNS = ("recovered", "workload.back", "workload.alive")
+SKIPPED = ("ignored", "baseline only", "candidate only", "no value")  # JUnit: reported, not judged
 
 
 @dataclass
@@ -273,7 +274,8 @@ def figures(results: dict) -> dict[str, dict[tuple[str, str, str], _Fig]]:
                     judged = em.get("judged") if name in flags or name in _judged() else None
                     figs[(label, "all", name)] = _Fig(f"{base}.{name}", x, pps.get("all"),
                                                       flags.get(name, 0) if judged else None, judged)
-                elif name in ("workload", "split") and isinstance(x, dict):
+                elif name not in ("streams", "emulator", "timeline", "route_monitor") and isinstance(x, dict):
+                    # the workload's figures, the split of the converged gap, a failed router's load on its peers
                     for m, y in x.items():
                         if _is_summary(y):
                             figs[(label, "all", f"{name}.{m}")] = _Fig(f"{base}.{name}.{m}", y)
@@ -284,6 +286,9 @@ def figures(results: dict) -> dict[str, dict[tuple[str, str, str], _Fig]]:
             if "recovered_runs" in wl:
                 figs[(label, "all", "workload.back")] = _Fig(f"{base}.workload.recovered_runs",
                                                                   {"ok": wl["recovered_runs"], "n": wl.get("judged")})
+            if "dead_runs" in wl and wl.get("judged"):  # repetitions in which the workload's program died
+                figs[(label, "all", "workload.alive")] = _Fig(f"{base}.workload.dead_runs",
+                                                               {"ok": wl["judged"] - wl["dead_runs"], "n": wl["judged"]})
             for s, m in (f.get("streams") or {}).items():
                 for name, x in m.items():
                     if _is_summary(x):
@@ -343,7 +348,7 @@ def judge(row: Row, kind: str | None, pps: float | None) -> Row:
         if not b.get("n") or not c.get("n"):
             row.verdict = "no value"
         elif b["ok"] == b["n"] and c["ok"] < c["n"]:
-            row.verdict, row.note = "worse", f"recovered in {c['ok']} of {c['n']}, the baseline in all {b['n']}"
+            row.verdict, row.note = "worse", f"{c['ok']} of {c['n']} repetitions, the baseline all {b['n']}"
         elif b["ok"] == 0 and c["ok"] == c["n"]:
             row.verdict = "better"
         else:
@@ -435,7 +440,7 @@ def _mm(d: dict | None) -> str:
     if not d:
         return "-"
     if "ok" in d:
-        return f"{d['ok']}/{d['n']} recovered" if d.get("n") is not None else "-"
+        return f"{d['ok']}/{d['n']} runs" if d.get("n") is not None else "-"
     if d.get("median") is None:
         return "-"
     if d.get("n", 0) == 1 or d.get("min") is None:
