@@ -62,6 +62,8 @@ class ProbeResult:
     faults: list[dict] = field(default_factory=list)
     report_dir: Path | None = None
     lost_after_repair_1s: int = 0  # sent from 1 s after the repair on, and lost: the repair's own black hole
+    lost_after_repair: int = 0  # lost in gaps that began after the repair: a second outage the repair caused
+    after_repair_gap_ms: float = 0.0  # the longest of those gaps
     emulator: dict = field(default_factory=dict)  # the lateness meter's verdict on longest_gap_ms
     discarded: list[dict] = field(default_factory=list)  # Lab.measure: earlier attempts it threw away (flagged)
 
@@ -138,6 +140,8 @@ def probe_result(sender: dict, receiver: dict, fault_log: list[dict], report_dir
                        per_flow=per_flow, faults=[{k: f.get(k) for k in ("label", "applied", "reverted")}
                                                   for f in during], report_dir=report_dir,
                        lost_after_repair_1s=(m.get("lost_after_repair_1s") or 0) if end is not None else 0,
+                       lost_after_repair=(m.get("lost_after_repair") or 0) if end is not None else 0,
+                       after_repair_gap_ms=(m.get("after_repair_gap_ms") or 0.0) if end is not None else 0.0,
                        emulator=emulator)
 
 

@@ -78,6 +78,7 @@ class NodeConfig(_Model):
     host_ports: list[HostPort] | None = None
     remote_subnets: list[str] | None = None
     holddown: dict[str, Any] | None = None
+    session_detect_s: float | None = None
     micro_bfd: dict[str, Any] | None = None  # hosts and ToRs
     stacked: dict[str, Any] | None = None  # ToRs of a stacked pair: role, peer, timeouts
     multipath: dict[str, Any] | None = None  # aggs with FARE: mode, interval_s, tors {port: the ToR's ASN}

@@ -118,7 +118,9 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
         same_rail = defaultdict(list)
         for st in topo.sets:
             same_rail[st.rail].append(st.subnet)
-        base["sysctls"] = {**HOST_SYSCTLS, **hashing}
+        # A transport that waits longer before it re-sends (spec tcp_rto_min_ms) stalls longer on each loss.
+        rto = {"net.ipv4.tcp_rto_min_us": spec.tcp_rto_min_ms * 1000} if spec.tcp_rto_min_ms else {}
+        base["sysctls"] = {**HOST_SYSCTLS, **hashing, **rto}
         base["micro_bfd"] = spec.micro_bfd.model_dump()
         base["driver"] = spec.host_driver
         base["lacp"] = {"system_priority": 65535, "key": 1, "fast_rate": lacp.fast_rate}
@@ -147,6 +149,10 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
             # the hold-down waits for a route to each of these (the other sets of this rail)
             "remote_subnets": [st.subnet for st in topo.sets if st.rail == node.rail and st.subnet != node.subnet],
             "holddown": spec.holddown.model_dump(),
+            # how long a silent ToR keeps its BGP sessions (BFD's detection, else the hold time): a ToR
+            # stopped for longer resumes with stale routes, and the hold-down waits for them to be relearnt
+            "session_detect_s": (spec.bfd.interval_ms * spec.bfd.multiplier / 1000 if spec.bfd.enabled
+                                 else float(spec.bgp.hold)),
             **({"stacked": {"role": "primary" if node.side == "a" else "secondary",
                             "peer": next(i["peer"] for i in ifaces if i["kind"] == "peer"),
                             "sync_timeout_ms": STACK_TIMEOUT_MS, "heartbeat_timeout_ms": STACK_TIMEOUT_MS}}

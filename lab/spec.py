@@ -140,8 +140,10 @@ class BFD(_Strict):
 
 class HoldDown(_Strict):
     """A ToR that boots or gets its links back keeps its host ports out of the hosts' aggregates (LACP
-    Synchronization off) until its FIB has a route to every other dual-ToR set of its rail, at most
-    ``max_s`` seconds (M-LAG "delay restore", BGP "update-delay" in spirit)."""
+    Synchronization off) until its FIB has a route to every other dual-ToR set of its rail; a ToR whose
+    agent was stopped for longer than the hosts' detection (a hang that ends) keeps them out until its
+    stale BGP routes were withdrawn and relearnt; at most ``max_s`` seconds (M-LAG "delay restore", BGP
+    "update-delay" in spirit)."""
 
     enabled: bool = Field(False, description="hold a (re)booting ToR's host ports out until it has routes")
     max_s: float = Field(30.0, gt=0, le=600, description="the longest a ToR may hold its host ports down")
@@ -255,6 +257,10 @@ class Spec(_Strict):
     host_driver: Literal["auto", "userspace", "bond"] = Field("auto", description=(
         "the hosts' NIC side: the kernel's 802.3ad bond (bond), hpnlab's userspace LACP agent (userspace), or "
         "the bond where the kernel has bonding (auto)"))
+    tcp_rto_min_ms: int | None = Field(None, ge=1, le=120000, description=(
+        "the hosts' TCP minimum retransmission timeout, ms (sysctl net.ipv4.tcp_rto_min_us; default: the "
+        "kernel's 200 ms); a RoCE NIC's counterpart is its queue pairs' ACK timeout (NCCL_IB_TIMEOUT: 4.096 us "
+        "x 2^18 = 1.07 s)"))
 
     @field_validator("name")
     @classmethod

@@ -73,6 +73,24 @@ def test_a_tor_back_from_power_off_is_held_until_it_has_routes(lab):
     lab.wait_healthy(30)
 
 
+def test_a_hung_tor_that_resumes_causes_no_second_outage(lab):
+    """A 3 s hang: the aggs' BFD tears the ToR's sessions down meanwhile, so it resumes with stale routes.
+    Before the resume hold, its host ports were back before bgpd had flushed and relearnt them: 397-468
+    upstream packets lost after the resume in the shipped tor-hang-holddown runs of that code."""
+    with lab.probes(src="s0h0", dst="s1h0", rail=0, flows=16, rate=250) as p:
+        with lab.fault("hang", node="s0r0a"):
+            time.sleep(3.0)
+        lab.wait_for(lambda: _status(lab, "s0r0a")["holddown"]["last_resume"] or None, timeout=10)
+        lab.wait_for(lambda: not _status(lab, "s0r0a")["holddown"]["held"] or None, timeout=15)
+        time.sleep(1.5)  # the hosts take the ports back in and the flows hashed onto them run
+    st = _status(lab, "s0r0a")["holddown"]
+    assert st["last_resume"]["withdrawn"] == st["last_resume"]["relearnt"] == ["10.0.2.0/24"], st
+    assert not st["bound_hit"], st
+    assert p.result.lost_after_repair == 0, (p.result.after_repair_gap_ms, p.result.per_flow)
+    assert p.result.recovered, p.result.per_flow
+    lab.wait_healthy(30)
+
+
 def test_verify_reports_a_held_tor(lab):
     from hpnlab.verify import check_agents
 

@@ -117,3 +117,47 @@ def test_hold_down_is_bounded_and_ends_with_the_routes():
     assert h.update(70.0, ["10.0.2.0/24"]) and h.episodes == 2  # a new loss holds again
     assert not h.update(70.5, [])
     assert any("bound of 5 s" in e for e in h.events) and any("released" in e for e in h.events)
+
+
+def test_a_resumed_tor_is_held_until_its_stale_routes_are_withdrawn_and_relearnt():
+    """The hung ToR that resumes: its routes are all there at the resume, but stale."""
+    from hpnlab.node.tor import HoldDown
+
+    net = "10.0.2.0/24"
+    h = HoldDown(True, 20.0)
+    h.resumed(10.0, 3.0, expect_withdraw=True, missing=[])
+    assert h.update(10.0, []) and h.held  # nothing missing, yet held: the routes are stale
+    h.route(net, present=True)  # a route change before any withdrawal is not a relearn
+    assert h.update(10.05, [])
+    h.route(net, present=False)  # bgpd flushes the sessions' routes (+95 ms measured)
+    assert h.update(10.1, [net])
+    h.route(net, present=True)  # the sessions are up again and the route is back
+    assert not h.update(10.37, []) and not h.held
+    assert h.last_resume == {"stopped_s": 3.0, "held_s": 0.37, "withdrawn": [net], "relearnt": [net]}
+    assert h.resumes == 1 and h.episodes == 1 and h.resume is None
+
+
+def test_a_resume_the_sessions_outlived_is_held_only_for_the_grace_or_not_at_all():
+    from hpnlab.node.tor import RESUME_GRACE_S, HoldDown
+
+    h = HoldDown(True, 20.0)
+    h.resumed(0.0, 0.5, expect_withdraw=True, missing=[])  # expected a withdrawal that never comes
+    assert h.update(RESUME_GRACE_S - 0.01, [])
+    assert not h.update(RESUME_GRACE_S, [])  # not the bound's 20 s
+    assert any("sessions survived" in e for e in h.events)
+    h.resumed(5.0, 0.5, expect_withdraw=False, missing=[])  # stopped for less than the sessions' detection
+    assert not h.update(5.0, [])
+    h.resumed(9.0, 0.5, expect_withdraw=False, missing=["10.0.2.0/24"])  # ... but a route is missing
+    assert h.update(9.0, ["10.0.2.0/24"])
+
+
+def test_a_resume_hold_is_bounded_and_off_when_the_hold_down_is():
+    from hpnlab.node.tor import HoldDown
+
+    h = HoldDown(True, 2.0)
+    h.resumed(0.0, 3.0, expect_withdraw=True, missing=["10.0.2.0/24"])  # withdrawn, never relearnt
+    assert h.update(1.9, [])
+    assert not h.update(2.0, []) and h.bound_hit and h.resume is None
+    off = HoldDown(False, 2.0)
+    off.resumed(0.0, 3.0, expect_withdraw=True, missing=[])
+    assert off.resume is None and not off.update(0.0, [])

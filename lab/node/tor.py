@@ -16,8 +16,9 @@ import time
 from hpnlab.node import lacp, microbfd, rtnl, stack
 from hpnlab.node.agent import (agent_main, apply_carriers, CarrierEvents, KernelWriter, LacpDriver, StatusFile,
                                iface_mac, log, wait)
-from hpnlab.node.rtnl import (RT_SCOPE_LINK, RTM_DELNEIGH, RTM_NEWNEIGH, RTMGRP_LINK, RTMGRP_NEIGH, RTN_BLACKHOLE,
-                              dump_links, link_states, nl_messages, parse_neigh, rtnl_socket)
+from hpnlab.node.rtnl import (RT_SCOPE_LINK, RTM_DELNEIGH, RTM_DELROUTE, RTM_NEWNEIGH, RTM_NEWROUTE, RTMGRP_IPV4_ROUTE,
+                              RTMGRP_LINK, RTMGRP_NEIGH, RTN_BLACKHOLE, dump_links, link_states, nl_messages,
+                              parse_neigh, parse_route, rtnl_socket)
 
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
 PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (iproute2 may print it as 'openr')
@@ -27,9 +28,43 @@ PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (iproute2 may
 RESYNC_S = 5.0
 
 
+# After a resume that should cost the ToR its BGP sessions, the stale routes' withdrawal is waited for this
+# long before the sessions are taken to have survived. Why it can be short: the ToR's own BFD and hold
+# timers expired while it was stopped, so bfdd and bgpd tear the sessions down on their first run after
+# the resume (the withdrawal came 95 ms after it on the default lab); what the wait guards against is a
+# stop the sessions outlived, which would otherwise hold the ports for the hold-down's whole bound.
+RESUME_GRACE_S = 1.0
+
+
+class Resume:
+    """One resume episode: the routes watched, which of them were withdrawn since, which came back."""
+
+    def __init__(self, now: float, stopped_s: float, expect_withdraw: bool):
+        self.since, self.stopped_s, self.expect_withdraw = now, stopped_s, expect_withdraw
+        self.withdrawn: set[str] = set()
+        self.back: set[str] = set()
+
+    def waiting_for(self, now: float) -> str | None:
+        """Why the ports are still held for this resume, or None when they need not be."""
+        gone = sorted(self.withdrawn - self.back)
+        if gone:
+            return f"route(s) to {', '.join(gone)} withdrawn after the resume, not yet relearnt"
+        if self.expect_withdraw and not self.withdrawn and now - self.since < RESUME_GRACE_S:
+            return "waiting for the stale BGP routes to be withdrawn"
+        return None
+
+
 class HoldDown:
-    """The ToR hold-down as a pure state machine: held while routes are missing, for at most ``max_s``
-    per episode (an episode ends when nothing is missing); a healthy ToR is never kept out for longer."""
+    """The ToR hold-down as a pure state machine: host ports held while routes are missing, and after the
+    agent finds its own loop was stopped for longer than the hosts take to detect it (a hung ToR that
+    resumes) until its BGP routes were withdrawn and relearnt; for at most ``max_s`` per episode (an
+    episode ends when neither holds), so a healthy ToR is never kept out for longer.
+
+    Why the resume needs its own condition: a ToR stopped for longer than its BGP sessions' detection
+    resumes with its routes still in the FIB, though its peers have torn the sessions down; its host
+    ports come back at once (micro-BFD, LACP) and bgpd flushes the stale routes only afterwards, so
+    upstream traffic the hosts hash onto it is dropped until the sessions are up again. Nothing is
+    missing at the resume, so the boot condition alone lets the ports in."""
 
     def __init__(self, enabled: bool, max_s: float):
         self.enabled, self.max_s = enabled, max_s
@@ -39,29 +74,78 @@ class HoldDown:
         self.missing: list[str] = []
         self.events: list[str] = []
         self.episodes = 0
+        self.resume: Resume | None = None
+        self.resumes = 0
+        self.last_resume: dict | None = None
+
+    def resumed(self, now: float, stopped_s: float, expect_withdraw: bool, missing: list[str]) -> None:
+        """The agent's loop was stopped for ``stopped_s``; ``expect_withdraw``: longer than the BGP sessions'
+        detection, so their routes are stale; ``missing``: the watched routes already gone (read after the
+        route events were subscribed, so no later withdrawal is missed)."""
+        if not self.enabled:
+            return
+        self.resume = Resume(now, stopped_s, expect_withdraw)
+        self.resume.withdrawn.update(missing)
+        self.resumes += 1
+        self.events.append(f"hold-down: loop stopped for {stopped_s:.2f} s, longer than the hosts' detection; host "
+                           f"ports held until " + ("the BGP routes are withdrawn and relearnt" if expect_withdraw
+                                                   else "every route is there (the sessions outlive the stop)"))
+
+    def route(self, prefix: str, present: bool) -> None:
+        """A watched route was installed (``present``) or withdrawn since the resume."""
+        r = self.resume
+        if r is None:
+            return
+        if not present:
+            r.withdrawn.add(prefix)
+            r.back.discard(prefix)
+        elif prefix in r.withdrawn:
+            r.back.add(prefix)
+
+    def _resume_reason(self, now: float) -> str | None:
+        r = self.resume
+        if r is None:
+            return None
+        why = r.waiting_for(now)
+        if why is None:
+            self.last_resume = {"stopped_s": round(r.stopped_s, 3), "held_s": round(now - r.since, 3),
+                                "withdrawn": sorted(r.withdrawn), "relearnt": sorted(r.back)}
+            self.events.append(f"hold-down: {now - r.since:.2f} s after the resume " +
+                               ("its routes were withdrawn and relearnt" if r.withdrawn else
+                                "no route was withdrawn: the sessions survived the stop" if r.expect_withdraw
+                                else "every route is there"))
+            self.resume = None
+        return why
 
     def update(self, now: float, missing: list[str]) -> bool:
         self.missing = missing
-        if not missing:
+        resume_why = self._resume_reason(now)
+        if not missing and resume_why is None:
             if self.held:
                 self.events.append(f"hold-down released after {now - self.since:.2f} s: a route to every remote set")
             self.held, self.since, self.bound_hit = False, None, False
             return False
-        if self.since is None:
-            self.since = now
+        if self.since is None:  # a resume's episode began with the resume
+            self.since = self.resume.since if self.resume is not None else now
             self.episodes += 1
-            self.events.append(f"hold-down: no route to {', '.join(missing)}; host ports kept out of their aggregates")
+            self.events.append(f"hold-down: no route to {', '.join(missing)}; host ports kept out of their aggregates"
+                               if missing else f"hold-down: {resume_why}; host ports kept out of their aggregates")
         if not self.bound_hit and now - self.since >= self.max_s:
             self.bound_hit = True
-            self.events.append(f"hold-down bound of {self.max_s:g} s reached, {len(missing)} route(s) still missing: "
-                               f"host ports let in")
+            self.events.append(f"hold-down bound of {self.max_s:g} s reached, "
+                               + (f"{len(missing)} route(s) still missing" if missing else str(resume_why))
+                               + ": host ports let in")
+            self.resume = None
         self.held = not self.bound_hit
         return self.held
 
     def status(self, now: float) -> dict:
         return {"enabled": self.enabled, "held": self.held, "missing": self.missing, "bound_s": self.max_s,
                 "held_for": round(now - self.since, 2) if self.since is not None else 0.0,
-                "bound_hit": self.bound_hit, "episodes": self.episodes}
+                "bound_hit": self.bound_hit, "episodes": self.episodes, "resumes": self.resumes,
+                "resume": ({"since_s": round(now - self.resume.since, 2), "withdrawn": sorted(self.resume.withdrawn),
+                            "relearnt": sorted(self.resume.back)} if self.resume else None),
+                "last_resume": self.last_resume}
 
 
 class TorAgent:
@@ -84,6 +168,14 @@ class TorAgent:
         self.hold = HoldDown(bool(hd.get("enabled")), float(hd.get("max_s", 30)))
         self.remote = [str(ipaddress.IPv4Network(n)) for n in cfg.get("remote_subnets") or []]
         self.next_fib_check = 0.0
+        # A loop stopped for longer than the hosts take to detect a silent ToR (micro-BFD, else LACP's
+        # timeout) is a resume: the hosts took the ports out meanwhile, and the hold-down decides when
+        # they come back. Its planned sleeps are far shorter (a timer of each is due every interval).
+        detect = ([mb["interval_ms"] * mb["multiplier"] / 1000] if mb.get("enabled") else []) + \
+            ([lacp.SHORT_TIMEOUT if lc["fast_rate"] else lacp.LONG_TIMEOUT] if self.mech["lacp"] else [])
+        self.resume_after_s = min(detect) if detect else None
+        self.session_detect_s = cfg.get("session_detect_s")
+        self.routes_nl = None  # route events, subscribed while a resume episode lasts
         self.writer = KernelWriter()
         st = cfg.get("stacked")  # the stacked baseline: peer-link sync, out-of-band heartbeat, the §4.1 rule
         self.pair = stack.Pair(cfg["name"], st["role"], st["sync_timeout_ms"] / 1000, st["heartbeat_timeout_ms"] / 1000,
@@ -125,6 +217,36 @@ class TorAgent:
         for e in self.hold.events:
             log(e)
         self.hold.events.clear()
+        if self.hold.resume is None and self.routes_nl is not None:
+            self.routes_nl.close()
+            self.routes_nl = None
+
+    def check_stall(self, now: float, last_alive: float) -> None:
+        """Was this loop stopped (SIGSTOP, a hung switch) for longer than the hosts' detection time?"""
+        stopped = now - last_alive
+        if not self.hold.enabled or self.resume_after_s is None or stopped <= self.resume_after_s:
+            return
+        if self.routes_nl is None:  # subscribed before the table is read: no withdrawal is missed
+            self.routes_nl = rtnl_socket(RTMGRP_IPV4_ROUTE)
+        # the sessions' detection expired too (the peers tore them down): the FIB's BGP routes are stale
+        expect = self.session_detect_s is not None and stopped > self.session_detect_s and bool(self.remote)
+        self.hold.resumed(now, stopped, expect, self.fabric_missing())
+        self.next_fib_check = now  # held from this iteration on, before LACP or micro-BFD say anything
+        self.update_hold(now)
+
+    def _routes(self, now: float) -> None:
+        msgs, overrun = nl_messages(self.routes_nl)
+        if overrun:  # lost events: what the table holds now is all that is known
+            have = rtnl.route_prefixes(254)
+            for n in self.remote:
+                self.hold.route(n, n in have)
+        for mtype, payload in msgs:
+            if mtype in (RTM_NEWROUTE, RTM_DELROUTE):
+                table, dst = parse_route(payload)
+                if table == 254 and dst in self.remote:
+                    self.hold.route(dst, mtype == RTM_NEWROUTE)
+                    self.next_fib_check = now
+        self.update_hold(now)
 
     def _neigh(self, ifindex: int, state: int, dst: str | None, deleted: bool, quiet: bool = False) -> None:
         iface = self.ifname.get(ifindex)
@@ -280,19 +402,26 @@ class TorAgent:
         now = time.monotonic()
         self.resync(now)
         nl = self.nl.fileno()
-        last_status = last_resync = now
+        last_status = last_resync = last_alive = now
         log(f"tor agent up: {len(self.ports)} host ports, lacp={'on' if self.mech['lacp'] else 'off'}, "
             f"system {self.ports[0].system if self.ports else '-'}")
         while True:
             bfd_fds = self.bfd.fds() if self.bfd else []
             pair_fds = self.pairlink.fds() if self.pairlink else []
+            route_fds = [self.routes_nl.fileno()] if self.routes_nl is not None else []
             deadline = min(self.driver.next_deadline(now), self.bfd.next_deadline() if self.bfd else now + 1,
                            self.next_fib_check if self.hold.enabled else now + 1,
                            self.pair.next_tx if self.pair else now + 1)
-            for fd in wait(self.driver.fds() + bfd_fds + pair_fds + [nl], deadline):
+            ready = wait(self.driver.fds() + bfd_fds + pair_fds + route_fds + [nl], deadline)
+            now = time.monotonic()
+            self.check_stall(now, last_alive)
+            for fd in ready:
                 now = time.monotonic()
                 if fd == nl:
                     self._netlink(now)
+                elif fd in route_fds:
+                    if self.routes_nl is not None:
+                        self._routes(now)
                 elif fd in bfd_fds:
                     self.bfd.handle(fd, now)
                 elif fd in pair_fds:
@@ -328,6 +457,7 @@ class TorAgent:
                     last_resync = now
                 self.status.write(self.snapshot(now))
                 last_status = now
+            last_alive = time.monotonic()
 
     def stop(self) -> None:
         log("stopping: withdrawing host routes")
