@@ -271,7 +271,7 @@ def figures(results: dict) -> dict[str, dict[tuple[str, str, str], _Fig]]:
             flags = em.get("flagged_figures") or {}
             for name, x in f.items():
                 if _is_summary(x):
-                    judged = em.get("judged") if name in flags or name in _judged() else None
+                    judged = em.get("judged") if name in _judged() else None
                     figs[(label, "all", name)] = _Fig(f"{base}.{name}", x, pps.get("all"),
                                                       flags.get(name, 0) if judged else None, judged)
                 elif name not in ("streams", "emulator", "timeline", "route_monitor") and isinstance(x, dict):
@@ -285,7 +285,7 @@ def figures(results: dict) -> dict[str, dict[tuple[str, str, str], _Fig]]:
             wl = f.get("workload") or {}
             if "recovered_runs" in wl:
                 figs[(label, "all", "workload.back")] = _Fig(f"{base}.workload.recovered_runs",
-                                                                  {"ok": wl["recovered_runs"], "n": wl.get("judged")})
+                                                             {"ok": wl["recovered_runs"], "n": wl.get("judged")})
             if "dead_runs" in wl and wl.get("judged"):  # repetitions in which the workload's program died
                 figs[(label, "all", "workload.alive")] = _Fig(f"{base}.workload.dead_runs",
                                                                {"ok": wl["judged"] - wl["dead_runs"], "n": wl["judged"]})
