@@ -263,13 +263,13 @@ def test_the_load_a_failed_agg_leaves_is_shared_by_its_survivors():
     ld = nodebytes.load(r, "power-off agg0-0@2", "agg0-0", ["agg0-1", "agg0-2"])
     assert ld["node_before_Bps"] == 300000 and ld["node_during_Bps"] == 0 and ld["survivors"] == 2
     assert ld["survivor_before_Bps"] == 300000 and ld["survivor_during_Bps"] == 450000
-    assert ld["survivor_ratio"] == 1.5 == ld["even_ratio"]
-    assert ld["survivor_share_before"] == 0.3333 and ld["survivor_share_during"] == 0.5
+    assert ld["survivor_ratio_pct"] == 150.0 == ld["even_ratio_pct"]
+    assert ld["survivor_share_before_pct"] == 33.33 and ld["survivor_share_during_pct"] == 50.0
     # an uneven spread shows: one survivor takes it all
     r = _readings("k", {"a": 300e3, "b": 300e3, "c": 300e3}, {"a": 0.0, "b": 900e3, "c": 0.0})
     ld = nodebytes.load(r, "k", "a", ["b", "c"])
     assert ld["survivor_during_max_Bps"] == 900000 and ld["survivor_during_min_Bps"] == 0
-    assert ld["survivor_ratio"] == 1.5 and ld["survivor_share_during"] == 0.5
+    assert ld["survivor_ratio_pct"] == 150.0 and ld["survivor_share_during_pct"] == 50.0
     # no reading of a window (a lab that is not on this machine): no figure, not a zero
     assert nodebytes.load([x for x in r if x["window"] == "before"], "k", "a", ["b", "c"]) is None
     assert nodebytes.load(r, "another fault", "a", ["b", "c"]) is None
@@ -302,12 +302,13 @@ def test_the_load_goes_into_the_summary():
     for k, r in enumerate(runs):
         r["faults"][0]["load"] = {"node": "agg0-0", "survivors": 1, "node_before_Bps": 2000 + k, "node_during_Bps": 0,
                                   "survivor_before_Bps": 1000, "survivor_during_Bps": 2000 + 1000 * k,
-                                  "survivor_ratio": 2.0 + k, "even_ratio": 2.0, "survivor_share_before": 0.5,
-                                  "survivor_share_during": 1.0, "survivor_during_min_Bps": 2000,
+                                  "survivor_ratio_pct": 200.0 + 100 * k, "even_ratio_pct": 200.0,
+                                  "survivor_share_before_pct": 50.0, "survivor_share_during_pct": 100.0,
+                                  "survivor_during_min_Bps": 2000,
                                   "survivor_during_max_Bps": 2000}
     agg = report.aggregate(runs)
-    assert agg[0]["load"]["survivor_ratio"] == {"n": 3, "min": 2.0, "median": 3.0, "max": 4.0}
+    assert agg[0]["load"]["survivor_ratio_pct"] == {"n": 3, "min": 200.0, "median": 300.0, "max": 400.0}
     text = report.summary_table({"experiment": "x", "repetitions": 3, "duration": 11,
                                  "variants": {"clos": {"runs": runs, "faults": agg}}})
-    assert "load clos / link-down s0h0:r0p0: agg0-0 2/2/2 -> 0/0/0 kB/s; per survivor (1/1/1) 1/1/1 -> 2/3/4 kB/s, " \
-           "x2/3/4 (even split x2/2/2)" in text
+    assert "load clos / link-down s0h0:r0p0: agg0-0 2/2/2 -> 0/0/0 kB/s; per survivor (1/1/1) 1/1/1 -> 2/3/4 kB/s " \
+           "= 200/300/400 % (even split 200/200/200 %); a survivor's share 50/50/50 -> 100/100/100 %" in text

@@ -137,8 +137,8 @@ def rate(readings: list[dict], key: str, window: str, node: str) -> float | None
 
 def load(readings: list[dict], key: str, node: str, peers: list[str]) -> dict | None:
     """The fault's load figures (docs/results.md): the failed node's and each survivor's bytes/s before
-    the fault and during it, the survivors' mean, their ratio, and each survivor's share of what the
-    node and its peers sent together; None without readings of both windows."""
+    the fault and during it, the survivors' mean, their ratio (%), and each survivor's share (%) of what
+    the node and its peers sent together; None without readings of both windows."""
     def rates(window: str) -> dict[str, float]:
         out = {}
         for n in [node, *peers]:
@@ -160,9 +160,10 @@ def load(readings: list[dict], key: str, node: str, peers: list[str]) -> dict | 
     return {"node": node, "survivors": len(surv),
             "node_before_Bps": round(before[node]), "node_during_Bps": round(during.get(node, 0.0)),
             "survivor_before_Bps": round(sb), "survivor_during_Bps": round(sd),
-            "survivor_ratio": round(sd / sb, 3) if sb > 0 else None,
-            "even_ratio": round((len(surv) + 1) / len(surv), 3),
-            "survivor_share_before": round(sb / tot_b, 4) if tot_b > 0 else None,
-            "survivor_share_during": round(sd / tot_d, 4) if tot_d > 0 else None,
+            # in %: the summaries round a median to 0.1, and 60/59 is 1.017
+            "survivor_ratio_pct": round(100 * sd / sb, 1) if sb > 0 else None,
+            "even_ratio_pct": round(100 * (len(surv) + 1) / len(surv), 1),
+            "survivor_share_before_pct": round(100 * sb / tot_b, 2) if tot_b > 0 else None,
+            "survivor_share_during_pct": round(100 * sd / tot_d, 2) if tot_d > 0 else None,
             "survivor_during_max_Bps": round(max(during[p] for p in surv)),
             "survivor_during_min_Bps": round(min(during[p] for p in surv))}

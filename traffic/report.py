@@ -17,7 +17,7 @@ METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows
            "recovery_after_repair_ms")
 WORKLOAD_METRICS = ("throughput_pct", "longest_halt_ms", "recovery_ms", "halt_after_repair_ms")
 LOAD_METRICS = ("survivors", "node_before_Bps", "node_during_Bps", "survivor_before_Bps", "survivor_during_Bps",
-                "survivor_ratio", "even_ratio", "survivor_share_before", "survivor_share_during",
+                "survivor_ratio_pct", "even_ratio_pct", "survivor_share_before_pct", "survivor_share_during_pct",
                 "survivor_during_min_Bps", "survivor_during_max_Bps")
 
 
@@ -291,9 +291,9 @@ def load_lines(results: dict) -> list[str]:
                   for k in ("node_before_Bps", "node_during_Bps", "survivor_before_Bps", "survivor_during_Bps")}
             out.append(f"load {vname} / {f['fault']}: {ld['node']} {kb['node_before_Bps']} -> {kb['node_during_Bps']} "
                        f"kB/s; per survivor ({_mm(ld['survivors'])}) {kb['survivor_before_Bps']} -> "
-                       f"{kb['survivor_during_Bps']} kB/s, x{_mm(ld['survivor_ratio'])} (even split "
-                       f"x{_mm(ld['even_ratio'])}); a survivor's share {_mm(ld['survivor_share_before'])} -> "
-                       f"{_mm(ld['survivor_share_during'])} (before -> during the fault, min/median/max)")
+                       f"{kb['survivor_during_Bps']} kB/s = {_mm(ld['survivor_ratio_pct'])} % (even split "
+                       f"{_mm(ld['even_ratio_pct'])} %); a survivor's share {_mm(ld['survivor_share_before_pct'])} -> "
+                       f"{_mm(ld['survivor_share_during_pct'])} % (before -> during the fault, min/median/max)")
     return out
 
 
