@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (name, extra arguments): the order runs the quick ones first, the paper's segment last
 EXPERIMENTS = [("link-failure", []), ("tor-failure", []), ("tor-hang-holddown", []), ("one-way-failure", []),
                ("link-flap", []), ("stacked-vs-nonstacked", []), ("ablations", []), ("fare", []),
-               ("load-balance", []), ("link-failure-segment", [])]
+               ("load-balance", []), ("agg-failure", []), ("link-failure-segment", [])]
 
 
 def main(argv: list[str] | None = None) -> int:
