@@ -15,7 +15,8 @@ SPLIT = ("detection_ms", "protocol_ms", "delivery_ms", "cpu_ms")
 METRICS = ("longest_gap_ms", "lost_packets", "flows_affected", "blackholed_flows", "silent_at_repair_flows",
            "converged_gap_ms", "after_repair_gap_ms", "lost_after_repair", "lost_after_repair_1s",
            "recovery_after_repair_ms")
-WORKLOAD_METRICS = ("throughput_pct", "longest_halt_ms", "recovery_ms", "halt_after_repair_ms")
+WORKLOAD_METRICS = ("throughput_pct", "longest_halt_ms", "recovery_ms", "halt_after_repair_ms", "died_ms",
+                    "died_after_repair_ms")
 LOAD_METRICS = ("survivors", "node_before_Bps", "node_during_Bps", "survivor_before_Bps", "survivor_during_Bps",
                 "survivor_ratio_pct", "even_ratio_pct", "survivor_share_before_pct", "survivor_share_during_pct",
                 "survivor_during_min_Bps", "survivor_during_max_Bps")
@@ -178,6 +179,7 @@ def aggregate(runs: list[dict]) -> list[dict]:
             rec = [x["workload"]["recovered"] for x in rows if "recovered" in x["workload"]]
             if rec:
                 e["workload"]["recovered_runs"], e["workload"]["judged"] = sum(rec), len(rec)
+                e["workload"]["dead_runs"] = sum(bool(x["workload"].get("dead")) for x in rows)
         out.append(e)
     return out
 
@@ -222,8 +224,11 @@ def _fault_row(f: dict, m: dict, vname: str, stream: str, n: int) -> list[str]:
     wl, em = (f.get("workload") or {}) if top else {}, f.get("emulator") if top else None
     ok = m.get("recovered_runs", n if m["recovered"] else 0)
     back = _mm(wl.get("recovery_ms"))
-    if back != "-" and wl.get("judged") and wl.get("recovered_runs", 0) < wl["judged"]:
-        back += f" (not back in {wl['judged'] - wl['recovered_runs']})"
+    dead = wl.get("dead_runs", 0)  # a dead job is not "not back yet": it has nothing left to come back
+    if back != "-" and wl.get("judged") and wl.get("recovered_runs", 0) + dead < wl["judged"]:
+        back += f" (not back in {wl['judged'] - wl['recovered_runs'] - dead})"
+    if dead:
+        back = f"DEAD {dead}/{wl['judged']}" + ("" if back == "-" else f", {back}")
     return [vname if top else "", f["fault"] if top else "", stream, str(n) if top else "",
             _mm(m["converged_gap_ms"]), _mm(m["blackholed_flows"]), _mm(m.get("silent_at_repair_flows")),
             _mm(m["longest_gap_ms"]), _mm(m["lost_packets"]), _mm(m["flows_affected"]),
@@ -271,6 +276,7 @@ def summary_table(results: dict) -> str:
         lines.append(f"probe senders: worst deviation from the requested rate {pr['max_rate_error_pct']:g} %"
                      + (f"; {pr['unsent']} packets never sent (a sender more than 1 s behind its schedule at its "
                         f"window's end stops: the receivers had stopped listening)" if pr.get("unsent") else ""))
+    lines += death_lines(results)
     lines += emulator_lines(results)
     lines += split_lines(results)
     lines += load_lines(results)
@@ -294,6 +300,29 @@ def load_lines(results: dict) -> list[str]:
                        f"{kb['survivor_during_Bps']} kB/s = {_mm(ld['survivor_ratio_pct'])} % (even split "
                        f"{_mm(ld['even_ratio_pct'])} %); a survivor's share {_mm(ld['survivor_share_before_pct'])} -> "
                        f"{_mm(ld['survivor_share_during_pct'])} % (before -> during the fault, min/median/max)")
+    return out
+
+
+def death_lines(results: dict) -> list[str]:
+    """One line per variant whose workload has a collective timeout: in how many repetitions the job died,
+    which rank aborted first and when (s since traffic start, and ms after the fault it died in)."""
+    out = []
+    for vname, v in results["variants"].items():
+        runs = [r for r in v.get("runs", []) if r.get("workload", {}).get("timeout_s") is not None]
+        if not runs:
+            continue
+        said = []
+        for k, r in enumerate(runs):
+            d = r["workload"].get("died")
+            if not d:
+                said.append(f"{k + 1} ran to the end")
+                continue
+            inf = [f for f in r["faults"] if f.get("workload", {}).get("died_ms") is not None]
+            said.append(f"{k + 1} died at {d['at'] - r['t0']:.2f} s (rank {d['rank']} blocked {d['blocked_s']:g} s"
+                        + (f", {inf[0]['workload']['died_ms']:g} ms after {inf[0]['fault']}" if inf else "") + ")")
+        dead = sum(bool(r["workload"].get("died")) for r in runs)
+        out.append(f"workload {vname}: collective timeout {runs[0]['workload']['timeout_s']:g} s, the job died in "
+                   f"{dead} of {len(runs)} repetitions; repetition " + "; ".join(said))
     return out
 
 
@@ -367,6 +396,10 @@ def plot(results: dict, path: Path) -> Path | None:
                 label = workloads.get(wl["kind"]).series_label
                 ax.plot(wx, [100 * y / base for y in wy], color=shades[k % len(shades)], lw=1.6 if k == 0 else 1.1,
                         ls=("-", "--", ":", "-.")[k % 4], label=f"{label}, repetition {k + 1} (% of baseline)")
+            if wl.get("died"):  # the collective timeout killed the job: a cross where it died, at 0 %
+                ax.plot([wl["died"]["at"] - run["t0"]], [0], marker="X", ms=9, ls="none", color=shades[k % len(shades)],
+                        label=f"repetition {k + 1}: job died (rank {wl['died']['rank']}, timeout "
+                              f"{wl['timeout_s']:g} s)")
         with_series = [r for r in runs if any(p.get("series") is not None for p in r["probes"].values())]
         for sname in (runs[0]["probes"] if runs else {}):
             per_run = []

@@ -11,6 +11,10 @@ stalls the whole ring, as in training. Two ways to carry a step (DESIGN: dual-pl
   acknowledgements stop moving is drained: its unacknowledged segments are re-sent on the others
   (the receiver drops duplicates), the host-side path selection of the paper's §6.1 / Appendix B.
 
+With ``--timeout`` a rank is a job with a collective timeout, as NCCL's and gloo's are: when one all-reduce
+(an iteration) has not completed that many seconds after it began, the rank aborts, and its report says
+when (``aborted``). Without it the rank waits as long as the run lasts.
+
 Every connection runs ``--congestion`` (default cubic; hpnlab.node.tcpcc: set per socket, a refusal exits 1)
 and the report says which algorithm they ran (``congestion``).
 """
@@ -95,10 +99,28 @@ class Conn:
                 return
 
 
+class Watchdog:
+    """A collective timeout: ``expired`` says how long the operation begun last has blocked once that is
+    longer than ``timeout`` seconds (None: never, the default)."""
+
+    def __init__(self, timeout: float | None):
+        self.timeout = timeout
+        self.began = 0.0
+
+    def begin(self, now: float) -> None:
+        self.began = now
+
+    def expired(self, now: float) -> float | None:
+        blocked = now - self.began
+        return blocked if self.timeout is not None and blocked > self.timeout else None
+
+
 class Ring:
     def __init__(self, rank: int, addrs: list[str], port: int, size: int, conns: int, select: str,
-                 segment: int = 65536, stall: float = 0.15, congestion: str = tcpcc.DEFAULT):
+                 segment: int = 65536, stall: float = 0.15, congestion: str = tcpcc.DEFAULT,
+                 timeout: float | None = None):
         self.rank, self.addrs, self.port = rank, addrs, port
+        self.watchdog = Watchdog(timeout)
         self.congestion = congestion  # every connection's TCP congestion control (set per socket)
         self.n = len(addrs)
         self.chunk = max(1, size // self.n)
@@ -225,12 +247,16 @@ class Ring:
         t_start = time.time()
         end = time.monotonic() + duration
         iterations: list[float] = []
+        aborted = None
         step = self.step = 0
+        self.watchdog.begin(time.monotonic())
         self.send_step(step)
         while time.monotonic() < end and not stop_flag():
             for c in self.out:
                 c.flush()
-            if all(c.dead for c in self.out):
+            if all(c.dead for c in self.out) and self.watchdog.timeout is None:
+                # The next rank finished its run first. With a timeout the rank waits for its watchdog
+                # instead: a neighbour that aborted is what a collective library's timeout reports.
                 break
             want_write = any(c.pending for c in self.out)
             for key, _ev in sel.select(timeout=0.001 if want_write else 0.01):
@@ -244,14 +270,22 @@ class Ring:
                 step = self.step = step + 1
                 if step % steps_per_iter == 0:
                     iterations.append(time.time())
+                    self.watchdog.begin(now)
                 self.send_step(step)
+            blocked = self.watchdog.expired(time.monotonic())
+            if blocked is not None:
+                # The job dies here, as a rank of NCCL or gloo does: no retry, the sockets close on exit.
+                aborted = {"at": time.time(), "blocked_s": round(blocked, 3), "step": step,
+                           "iteration": step // steps_per_iter, "timeout_s": self.watchdog.timeout}
+                break
         ran = tcpcc.summary(tcpcc.of(c.sock) for c in self.out + self.inc)
         for c in self.out + self.inc:
             c.sock.close()
         return {"kind": "allreduce", "rank": self.rank, "addr": self.addrs[self.rank], "ranks": self.n,
                 "select": self.select, "connections": len(self.out), "bytes_per_iteration": self.chunk * steps_per_iter,
                 "start": t_start, "iterations": iterations, "steps": step, "resent_segments": self.resent,
-                "duplicate_segments": self.dups, "stalls": [c.stalls for c in self.out], "congestion": ran}
+                "duplicate_segments": self.dups, "stalls": [c.stalls for c in self.out], "congestion": ran,
+                "timeout_s": self.watchdog.timeout, "aborted": aborted}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,12 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-at", type=float, default=0.0)
     p.add_argument("--congestion", default=tcpcc.DEFAULT,
                    help="TCP congestion control of every connection (setsockopt TCP_CONGESTION; fails if refused)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="abort when one all-reduce has not completed this many seconds after it began")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
-    ring = Ring(a.rank, a.addrs.split(","), a.port, a.size, a.conns, a.select, congestion=a.congestion)
+    ring = Ring(a.rank, a.addrs.split(","), a.port, a.size, a.conns, a.select, congestion=a.congestion,
+                timeout=a.timeout)
     ring.connect(deadline=max(a.start_at, time.time()) + 15)
     while time.time() < a.start_at and not stop["flag"]:
         time.sleep(0.005)
