@@ -69,6 +69,9 @@ FEATURES: dict[str, Feature] = {f.key: f for f in (
     Feature("netem", "tc qdisc netem (module sch_netem)", "2.6",
             "hpnlab impair ... delay=",
             "impair delay= is refused; rate, queue and loss still work"),
+    Feature("rto-min", "sysctl net.ipv4.tcp_rto_min_us", "6.11",
+            "spec tcp_rto_min_ms: the hosts' TCP minimum retransmission timeout, per namespace",
+            "refused for a spec with tcp_rto_min_ms"),
     Feature("bonding", "bonding driver, 802.3ad (module bonding)", "2.6",
             "host_driver auto/bond: the hosts' kernel LACP bond",
             "host_driver auto uses the userspace LACP host agent; bond is refused"),
@@ -118,6 +121,7 @@ PROBES = {
     "tbf": lambda: _qdisc("tbf", "rate", "1mbit", "burst", "4000", "limit", "10000"),
     "netem": lambda: _qdisc("netem", "delay", "0ms"),
     "bonding": _bonding,
+    "rto-min": lambda: has_sysctl("net.ipv4.tcp_rto_min_us"),
 }
 
 
@@ -193,6 +197,9 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) ->
                          f"(FRR 8.4's start timer); the fabric is the same")
     if not have.get("tbf", True) and any((spec.links.access, spec.links.uplink, spec.links.core)):
         refuse(f"spec field 'links' needs the tbf qdisc (sch_tbf), which {on} lacks; load it or remove 'links'")
+    if not have.get("rto-min", True) and spec.tcp_rto_min_ms is not None:
+        refuse(f"spec field 'tcp_rto_min_ms' needs net.ipv4.tcp_rto_min_us (Linux 6.11+), which {on} lacks; "
+               f"use a newer kernel or remove it")
     if not have.get("bonding", True) and spec.host_driver == "bond":
         refuse(f"spec field 'host_driver': 'bond' needs kernel bonding, which {on} lacks; use 'auto' or "
                f"'userspace' (the userspace LACP host agent)")
