@@ -33,7 +33,7 @@ import yaml
 
 from hpnlab import provenance
 from hpnlab.api import Lab
-from hpnlab.traffic.retransmit import halts, parse_ss, retransmissions, timer_during
+from hpnlab.traffic.retransmit import halts, parse_ss, retransmissions, returns, timer_during
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "link-flap-sweep"
@@ -118,7 +118,12 @@ def analyse_point(d: Path) -> dict | None:
             "halt": ({"from_s": round(gaps[0][0] - start, 3), "ms": round((gaps[0][1] - gaps[0][0]) * 1000, 1),
                       **timer(*gaps[0])} if gaps and timer else None),
             "fault_tcp": timer(start, end + 1.0) if timer else None,
-            "retransmissions": retransmissions(samples, start, end + 1.0, FLAPPING, addr, PORT) if addr else None})
+            "retransmissions": retransmissions(samples, start, end + 1.0, FLAPPING, addr, PORT) if addr else None,
+            # each time the host had no port left: how long after a carrier came back it sent, and the aggs
+            # routed to it, again (the network's own share of a halt)
+            "returns": returns((f.get("timeline") or {}).get("events", []), FLAPPING, addr) if addr else None,
+            "timeline_events_kept": len((f.get("timeline") or {}).get("events", [])),
+            "timeline_events_total": (f.get("timeline") or {}).get("events_total")})
     return out
 
 
@@ -146,13 +151,15 @@ def run_point(period: float, count: int, variant: str, reps: int, out: Path, sam
     return r.returncode
 
 
-def fig(stat: list) -> str:
-    return "-" if not stat else "/".join(f"{x:g}" for x in stat)
+def worst(rets: list[dict] | None, key: str) -> str:
+    vals = [r[key] for r in rets or [] if r[key] is not None]
+    return f"{max(vals):g}" if vals else "-"
 
 
 def summarise(points: list[dict]) -> str:
     head = (f"{'variant':<18}{'period s':>9}{'count':>6}  {'workload %':>11}{'halt ms':>9}{'gap ms':>8}"
-            f"{'RTO ms at halt':>15}{'backoff':>8}{'retrans':>8}{'max RTO ms':>11}  flagged")
+            f"{'RTO ms at halt':>15}{'backoff':>8}{'retrans':>8}{'max RTO ms':>11}{'host back ms':>13}"
+            f"{'agg back ms':>12}  flagged")
     lines = [head]
     for p in points:
         for r in p["runs"]:
@@ -160,13 +167,17 @@ def summarise(points: list[dict]) -> str:
             lines.append(f"{p['variant']:<18}{p['period_s']:>9g}{p['count']:>6}  {str(r['throughput_pct']):>11}"
                          f"{str(r['longest_halt_ms']):>9}{str(r['longest_gap_ms']):>8}{str(h.get('max_rto_ms')):>15}"
                          f"{str(h.get('max_backoff')):>8}{str(r['retransmissions']):>8}{str(ft.get('max_rto_ms')):>11}"
+                         f"{worst(r['returns'], 'host_ms'):>13}{worst(r['returns'], 'agg_ms'):>12}"
                          f"  {'FLAG' if r['flagged'] else ''}")
         if p.get("error"):
             lines.append(f"{p['variant']:<18}{p['period_s']:>9g}{p['count']:>6}  FAILED: {p['error']}")
     lines.append("halt ms: the workload's longest halt in the flapping (results.json's workload.longest_halt_ms); "
                  "gap ms: the probes' longest gap; RTO ms at halt / backoff: the largest RTO and backoff of the "
                  "connections sending into or out of the flapping host, sampled during that halt (ss -tin); "
-                 "retrans: their retransmissions from the first flap to 1 s after the last")
+                 "retrans: their retransmissions from the first flap to 1 s after the last; host back ms / agg back "
+                 "ms: the longest, over the times the host had no port left, from a carrier back to the host routing "
+                 "out of it again (LACP) and to an agg's route to the host's /32 again (BGP); - where it never lost "
+                 "both")
     return "\n".join(lines) + "\n"
 
 

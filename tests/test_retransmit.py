@@ -17,7 +17,7 @@ from hpnlab.node.plan import sysctls
 from hpnlab.render import render
 from hpnlab.spec import parse_spec
 from hpnlab.topology import build
-from hpnlab.traffic.retransmit import halts, parse_ss, retransmissions, sending, timer_during
+from hpnlab.traffic.retransmit import halts, parse_ss, retransmissions, returns, sending, timer_during
 
 KEY = "net.ipv4.tcp_rto_min_us"
 EVERYTHING = {k: True for k in kernel.FEATURES}
@@ -112,3 +112,24 @@ def test_the_timer_and_retransmissions_in_a_window():
         {"samples": 0, "max_rto_ms": None, "max_backoff": None}
     # a:1 5 -> 8, a:2 0 -> 1, a:3 (new in the window) counts from its first sample: 0
     assert retransmissions(samples, 0.5, 3.0, "s0h0", "10.0.0.2", 17000) == 4
+
+
+def ev(t, node, kind, what):
+    return {"t_ms": t, "node": node, "kind": kind, "what": what}
+
+
+def test_each_return_of_a_host_that_lost_both_ports_is_timed_from_its_carrier():
+    nh = "rail 0 10.0.0.2: nexthops "
+    events = [ev(16.0, "s0h0", "carrier", "r0p0: carrier down"), ev(16.0, "s0h0", "nexthop", nh + "['r0p0', 'r0p1'] -> ['r0p1']"),
+              ev(24.6, "s0h0", "nexthop", nh + "['r0p1'] -> []"), ev(136.1, "agg0-0", "fib", "del 10.0.0.2/32 via s0r0"),
+              ev(529.9, "s0h0", "carrier", "r0p0: carrier up"), ev(530.4, "s0h0", "nexthop", nh + "[] -> ['r0p0']"),
+              ev(536.7, "s0h0", "carrier", "r0p1: carrier up"), ev(537.7, "s0h0", "nexthop", nh + "['r0p0'] -> ['r0p0', 'r0p1']"),
+              ev(600.0, "agg0-1", "fib", "add 10.0.0.3/32 via s0r0"),  # another host's route: not this one
+              ev(652.6, "agg0-0", "fib", "add 10.0.0.2/32 via s0r0"), ev(700.0, "agg0-1", "fib", "add 10.0.0.2/32 via s0r0"),
+              # the second time: the carrier came back but the host never routed again within the events
+              ev(1056.7, "s0h0", "nexthop", nh + "['r0p1'] -> []"), ev(1567.0, "s0h0", "carrier", "r0p0: carrier up")]
+    assert returns(list(reversed(events)), "s0h0", "10.0.0.2") == [
+        {"cut_ms": 24.6, "up_ms": 529.9, "host_ms": 0.5, "agg_ms": 122.7},
+        {"cut_ms": 1056.7, "up_ms": 1567.0, "host_ms": None, "agg_ms": None}]
+    # one port of two flapping: the host always had a port, so it never waited to come back
+    assert returns(events[:2] + events[4:6], "s0h0", "10.0.0.2") == []

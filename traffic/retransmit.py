@@ -1,7 +1,8 @@
 """A workload's TCP retransmission timer beside its halts: `ss -tin` samples parsed, the halts between a
 workload's iterations, and the RTO, exponential backoff and retransmissions of the connections that
-carry data out of (or into) one host while it halted. bench/link_flap_sweep.py samples and reports
-them for a flapping access link; all of it is pure.
+carry data out of (or into) one host while it halted, and what the host waited for each time a flapping
+link came back (its LACP, the aggs' BGP route to it). bench/link_flap_sweep.py samples and reports them
+for a flapping access link; all of it is pure.
 
 A sample is ``{"t": wall-clock time, "node": where ss ran, "conns": parse_ss(its output)}``.
 """
@@ -75,3 +76,29 @@ def retransmissions(samples: list[dict], a: float, b: float, host: str, addr: st
         if within:
             total += max(within) - (before[-1] if before else min(within))
     return total
+
+
+def returns(events: list[dict], host: str, ip: str) -> list[dict]:
+    """Each time a flapping ``host`` had no port left (from a fault's timeline events: ms since the fault,
+    node, kind, what): when it lost its last one (``cut_ms``), when a carrier came back (``up_ms``), how long
+    after that the host routed out of a port again (its LACP member Collecting/Distributing, ``host_ms``)
+    and an agg had the host's /32 again (BGP, ``agg_ms``); None where it did not happen in the events."""
+    out: list[dict] = []
+    cut = None  # the current episode: from the host's last port lost until its first back
+    for e in sorted(events, key=lambda e: e["t_ms"]):
+        mine, what = e["node"] == host, e["what"]
+        if mine and e["kind"] == "nexthop" and what.endswith("-> []"):
+            cut = {"cut_ms": e["t_ms"], "up_ms": None, "host_ms": None, "agg_ms": None}
+            out.append(cut)
+        elif cut is None:
+            continue
+        elif mine and e["kind"] == "carrier" and what.endswith("carrier up") and cut["up_ms"] is None:
+            cut["up_ms"] = e["t_ms"]
+        elif cut["up_ms"] is None:
+            continue
+        elif mine and e["kind"] == "nexthop" and "[] ->" in what and cut["host_ms"] is None:
+            cut["host_ms"] = round(e["t_ms"] - cut["up_ms"], 1)
+        elif e["node"].startswith("agg") and e["kind"] == "fib" and what.startswith(f"add {ip}/32") \
+                and cut["agg_ms"] is None:
+            cut["agg_ms"] = round(e["t_ms"] - cut["up_ms"], 1)
+    return out
