@@ -135,7 +135,8 @@ def experiment_page() -> str:
     for k, kind in workloads.REGISTRY.items():  # each kind's own keys (traffic/workloads/<kind>.py)
         sec = model_sections(kind.Params, "workload.", set(), {})
         rows = [r for r in sec[2:] if not r.startswith("| `workload.kind`")]
-        parts += [f"### `workload` of kind `{k}`\n", f"{kind.help[0].upper()}{kind.help[1:]}.\n"] + rows
+        parts += [f"### `workload` of kind `{k}`\n", f"{kind.help[0].upper()}{kind.help[1:]}.\n"] \
+            + ([f"{kind.doc}\n"] if kind.doc else []) + rows
     kinds = ["### Faults\n", "Each entry of `faults:` (and of a variant's) is a mapping: `kind`, `node`, `iface` "
              "(link faults; a list for a multi-port cable), `at` (seconds into the run), `until` (seconds; "
              "default: the end of the run), and for `link-flap` `period` (seconds, default 1) and `count` "

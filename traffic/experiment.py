@@ -89,6 +89,7 @@ class Plan:
         self.name, self.description, self.spec, self.overrides = name, description, spec, overrides
         self.cfgs, self.probes, self.workload, self.faults = cfgs, probes, workload, faults
         self.flows: list[dict] = []  # elephant workload: this repetition's flows (from the path map)
+        self.source: Path | None = None  # the experiment file (a command workload's {here} is its folder)
 
     def host_ip(self, host: str, rail: int) -> str:
         return self.cfgs[host].nic(rail).ip
@@ -200,4 +201,5 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
                                 f"after its repair); give it at >= {(fa.until or doc.duration) + SETTLE:g} so loss "
                                 f"is attributed to the right fault")
         plans.append(Plan(v.name, v.description, spec, v.spec, cfgs, probes, workload, fl))
+        plans[-1].source = p
     return Experiment(p, doc, plans)

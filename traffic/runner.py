@@ -77,7 +77,7 @@ class Repetition:
     def _run(self) -> dict:
         self.monitors = routemon.watch(self.lab.runtime, self.lab.routers, self.dir)
         self.lab.spare({p.pid for _n, p in self.monitors})
-        t0 = time.time() + START_SLACK
+        t0 = time.time() + START_SLACK + workloads.get(self.plan.workload.kind).lead(self.plan.workload)
         plan = launch_plan(self.plan, self.dir, t0, self.duration)
         moments, nodes = nodebytes.plan_moments(self.plan.faults, self.plan.cfgs, t0, self.duration)
         if moments:
@@ -327,6 +327,8 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
                                                                       *report.emulator_lines(results)])
     else:
         png, table = report.plot(results, out / "plot.png"), report.summary_table(results)
+        table = "\n".join([table, *(line for name, v in results["variants"].items()
+                                    for line in workloads.get(workload_of(v)).summary_lines(name, v))])
     (out / "summary.txt").write_text(table + "\n")
     if timeline.plot(results, out / "timeline.png") is None:  # nothing converged, or no matplotlib
         (out / "timeline.png").unlink(missing_ok=True)  # not an earlier run's picture beside these results

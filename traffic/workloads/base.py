@@ -46,6 +46,7 @@ class WorkloadKind:
 
     kind = ""
     help = ""
+    doc = ""  # more about the kind for docs/experiment-file.md (a paragraph after ``help``), where it needs it
     Params: type[WorkloadParams] = WorkloadParams
     series_label = ""  # what ``rate_series`` measures, for the plot's legend ("" : nothing to draw)
     own_report = False  # True: summary.txt and plot.png come from summary_table/plot below, not the probes'
@@ -66,6 +67,11 @@ class WorkloadKind:
 
     def check(self, w, spec, cfgs: dict[str, NodeConfig], where: str) -> None:
         """Refuse, in one line, what this kind cannot run (before any lab comes up)."""
+
+    def lead(self, w) -> float:
+        """Seconds before the run's common start (t0) this kind's processes start of their own accord (a
+        user's program importing its libraries and meeting its peers): the runner launches that much earlier."""
+        return 0.0
 
     def prepare_variant(self, lab, plan, raw: Path, progress) -> dict:
         """Once per variant on its running ``hpnlab.Lab``, before the repetitions; what it returns goes
@@ -110,6 +116,10 @@ class WorkloadKind:
     def aggregate(self, runs: list[dict]) -> dict:
         """Variant-level figures over the repetitions (added to the variant's results)."""
         return {}
+
+    def summary_lines(self, vname: str, v: dict) -> list[str]:
+        """Lines of summary.txt under the table about variant ``vname``'s workload (results.json's ``v``)."""
+        return []
 
     def raw_needed(self, raw: Path) -> list[Path]:
         """Files a re-analysis needs beyond each repetition's run.json."""
