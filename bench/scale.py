@@ -253,7 +253,7 @@ def reverify_loop(rt, cfgs, seconds: float) -> list[dict]:
 
 
 def run_rung(nodes: int, overrides: dict, timeout: float, idle: float, reverify: bool = False) -> dict:
-    from hpnlab import orchestrate, verify
+    from hpnlab import orchestrate, provenance, verify
     from hpnlab.orchestrate import bring_up, tear_down
     from hpnlab.topology import build, summary
 
@@ -279,7 +279,8 @@ def run_rung(nodes: int, overrides: dict, timeout: float, idle: float, reverify:
                 seen["converged"] = time.monotonic()
 
     record = {"nodes": nodes, "spec": spec.model_dump(mode="json", exclude_defaults=True), "size": size,
-              "overrides": overrides, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+              "overrides": overrides, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "provenance": provenance.collect()}  # which code, kernel and machine measured it
     record["timers"] = timers(record["spec"])
     clock.mark("render")  # topology, files, neighbour table limits
     try:
