@@ -318,8 +318,12 @@ def death_lines(results: dict) -> list[str]:
                 said.append(f"{k + 1} ran to the end")
                 continue
             inf = [f for f in r["faults"] if f.get("workload", {}).get("died_ms") is not None]
+            rep = [f for f in r["faults"] if (f.get("workload", {}).get("died_after_repair_ms") is not None
+                                              and f["workload"]["died_after_repair_ms"] >= 0)]
             said.append(f"{k + 1} died at {d['at'] - r['t0']:.2f} s (rank {d['rank']} blocked {d['blocked_s']:g} s"
-                        + (f", {inf[0]['workload']['died_ms']:g} ms after {inf[0]['fault']}" if inf else "") + ")")
+                        + (f", {inf[0]['workload']['died_ms']:g} ms after {inf[0]['fault']}" if inf else
+                           f", {rep[0]['workload']['died_after_repair_ms']:g} ms after the repair of {rep[0]['fault']}"
+                           if rep else "") + ")")
         dead = sum(bool(r["workload"].get("died")) for r in runs)
         out.append(f"workload {vname}: collective timeout {runs[0]['workload']['timeout_s']:g} s, the job died in "
                    f"{dead} of {len(runs)} repetitions; repetition " + "; ".join(said))
