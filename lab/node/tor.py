@@ -413,7 +413,7 @@ class TorAgent:
                            self.next_fib_check if self.hold.enabled else now + 1,
                            self.pair.next_tx if self.pair else now + 1)
             ready = wait(self.driver.fds() + bfd_fds + pair_fds + route_fds + [nl], deadline)
-            now = time.monotonic()
+            now = body_start = time.monotonic()
             self.check_stall(now, last_alive)
             for fd in ready:
                 now = time.monotonic()
@@ -457,7 +457,11 @@ class TorAgent:
                     last_resync = now
                 self.status.write(self.snapshot(now))
                 last_status = now
+            # a stop can land anywhere in the loop, not only in the wait: in the body, it shows as a body
+            # that took that long (found here, before the next iteration's LACP and micro-BFD ticks would
+            # let the ports back in); in the wait, as a wait that overran (found after it, above)
             last_alive = time.monotonic()
+            self.check_stall(last_alive, body_start)
 
     def stop(self) -> None:
         log("stopping: withdrawing host routes")
