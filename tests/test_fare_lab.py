@@ -43,9 +43,16 @@ def test_every_tor_uses_the_weights_fare_prescribes(hpnlab_lab):
     # Polled, not read once: under the VM's emulated CPU (QEMU TCG) a BFD session of a lab that was just
     # verified can still flap once, and a ToR then holds one path for a moment. Every transient is printed.
     settle(lambda: config_problems(lab), 60, "every ToR's kernel weights as FARE prescribes", interval=1)
-    w = shares(lab, "s0r0a", FAR)
-    assert w["fare_share"] == {"agg0-0": 0.5, "agg0-1": 0.5}
-    assert len(w["kernel"]) == 2 and len(set(w["kernel"].values())) == 1, w  # a weighted multipath, equal
+
+    def far_problems() -> dict:
+        # also polled: in a CI run's VM s0r0a's route read back empty ('kernel': {}) right after every ToR
+        # had been seen right, the same BFD flap again
+        w = shares(lab, "s0r0a", FAR)
+        ok = (w["fare_share"] == {"agg0-0": 0.5, "agg0-1": 0.5} and len(w["kernel"]) == 2
+              and len(set(w["kernel"].values())) == 1)  # a weighted multipath, equal
+        return {} if ok else w
+
+    settle(far_problems, 60, "s0r0a's route to the far set: two equal weights, as FARE prescribes", interval=1)
     st = lab.runtime.read_status("agg0-1")
     assert st["mode"] == "fare" and set(st["advertised_mbit"].values()) == {20}
 
