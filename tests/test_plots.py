@@ -69,3 +69,19 @@ def test_load_balance_plot_draws_an_infinite_ratio(monkeypatch, tmp_path):
             assert bar.get_height() > 0, text  # no zero-height bar for 'inf'
         if "inf" in texts:
             assert any(b.get_hatch() for b in ax.patches)
+
+
+def test_timeline_plot_of_a_critical_path_past_the_kept_events(monkeypatch, tmp_path):
+    """results.json keeps a fault's first 400 events: a long flapping's longest gap can come after them, its
+    critical path on a node with no row in the picture (the plot raised KeyError and the run exited 1)."""
+    from hpnlab.traffic import timeline
+
+    kept = [{"t_ms": float(t), "node": "s0h0", "kind": "carrier", "what": "r0p0: carrier down"} for t in range(5)]
+    path = [{"t_ms": 1759.0, "node": "s0r0", "kind": "carrier", "what": "h0p0: carrier down"},
+            {"t_ms": 1892.0, "node": "s0r0", "kind": "fib", "what": "add 10.0.0.2/32 via h0p0"}]
+    tl = {"fault": "link-flap s0h0:r0p0,r0p1", "events": kept, "events_total": 537,
+          "split": {"gap_ms": 139.4, "began_ms": 1759.0, "gap_closed_ms": 139.4, "path": path, "detection_ms": 0.0,
+                    "protocol_ms": 133.0, "delivery_ms": 6.4, "cpu_ms": 2.0}}
+    res = {"experiment": "x", "variants": {"single-tor": {"runs": [{"faults": [{"timeline": tl}]}]}}}
+    fig = _figure(monkeypatch, timeline.plot, res, tmp_path)
+    assert "critical path" not in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

@@ -148,7 +148,9 @@ def plot(results: dict, path) -> object | None:
             if pts:
                 ax.scatter(*zip(*pts), s=18, color=colour, label=kind, zorder=3)
         crit = [p for p in sp.get("path", []) if lo <= p["t_ms"] <= horizon]
-        if len(crit) == 2:
+        # results.json keeps a fault's first events only (events_total says how many there were): a long
+        # flapping's critical path can lie past them, with no row to draw it on
+        if len(crit) == 2 and all(p["node"] in y for p in crit):
             ax.plot([p["t_ms"] for p in crit], [y[p["node"]] for p in crit], color="black", lw=2, zorder=2,
                     label="critical path")
         ax.axvline(0, color="tab:red", lw=1)
