@@ -218,8 +218,12 @@ def analyse(out: Path) -> None:
             break
     # keyed without dots (a docs tag's key path is dotted): single-tor-p200ms-c10
     keyed = {f"{p['variant']}-p{round(p['period_s'] * 1000)}ms-c{p['count']}": p for p in points}
+    rets = [x for p in points for r in p["runs"] for x in r["returns"] or []]
+    # over every point: the longest the network took to carry the host again after a carrier came back
+    network = {k: max((x[k] for x in rets if x[k] is not None), default=None) for k in ("host_ms", "agg_ms")}
     (out / "sweep.json").write_text(json.dumps({"experiment": "link-flap-sweep", "provenance": prov or provenance.collect(),
-                                                "at_s": AT, "points": keyed}, indent=1) + "\n")
+                                                "at_s": AT, "returns_longest": {**network, "n": len(rets)},
+                                                "points": keyed}, indent=1) + "\n")
     text = summarise(points)
     (out / "summary.txt").write_text(text)
     plot(points, out / "plot.png")
