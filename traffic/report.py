@@ -73,7 +73,8 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
         entry["routes_last_ms"] = max((v["last_ms"] for v in fail.values()), default=None)
         entry["workload"] = {**workload_window(workload, t0, first_fault, start, stop or window_end),
                              **workload_recovery(workload, t0, first_fault, stop, window_end)}
-        peers = nodebytes.peers_of(plan.cfgs, f.get("node") or "")
+        # no plan: a repetition analysed without its lab (the analysis is a pure function of its inputs)
+        peers = nodebytes.peers_of(plan.cfgs, f.get("node") or "") if plan is not None else []
         if node_bytes and peers:  # the failed router's load on its peers (nodebytes.json)
             ld = nodebytes.load(node_bytes.get("readings", []), nodebytes.fault_key(f["label"], f["at"]), f["node"], peers)
             if ld:
