@@ -205,7 +205,7 @@ class TorAgent:
         have = rtnl.route_prefixes(254)
         return [n for n in self.remote if n not in have]
 
-    def update_hold(self, now: float) -> None:
+    def update_hold(self, now: float, missing: list[str] | None = None) -> None:
         """Why this condition: hosts send their cross-set traffic up through the ToR by these BGP routes.
         Until each is in the FIB, a flow a host hashes onto this ToR is dropped here (the boot black hole);
         traffic towards the hosts needs nothing more than the ARP-learned /32s. Checked every 100 ms while
@@ -213,7 +213,7 @@ class TorAgent:
         if not self.hold.enabled or now < self.next_fib_check:
             return
         self.next_fib_check = now + (0.1 if self.hold.held else 0.5)
-        self.hold.update(now, self.fabric_missing())
+        self.hold.update(now, self.fabric_missing() if missing is None else missing)
         for e in self.hold.events:
             log(e)
         self.hold.events.clear()
@@ -230,9 +230,10 @@ class TorAgent:
             self.routes_nl = rtnl_socket(RTMGRP_IPV4_ROUTE)
         # the sessions' detection expired too (the peers tore them down): the FIB's BGP routes are stale
         expect = self.session_detect_s is not None and stopped > self.session_detect_s and bool(self.remote)
-        self.hold.resumed(now, stopped, expect, self.fabric_missing())
+        missing = self.fabric_missing()  # one table read serves both: it is the same moment
+        self.hold.resumed(now, stopped, expect, missing)
         self.next_fib_check = now  # held from this iteration on, before LACP or micro-BFD say anything
-        self.update_hold(now)
+        self.update_hold(now, missing)
 
     def _routes(self, now: float) -> None:
         msgs, overrun = nl_messages(self.routes_nl)
