@@ -15,8 +15,15 @@ With ``--timeout`` a rank is a job with a collective timeout, as NCCL's and gloo
 (an iteration) has not completed that many seconds after it began, the rank aborts, and its report says
 when (``aborted``). Without it the rank waits as long as the run lasts.
 
+With ``--compute-ms`` every iteration begins with that much GPU work, emulated by waiting (the rank keeps
+reading its sockets meanwhile, as a GPU's NIC keeps receiving); its report's ``computed`` says when each
+iteration's compute ended, so what is left of the iteration is its exposed communication. ``--sports``
+binds the outgoing connections to those source ports (the path map's placement); ``--iterations`` stops
+the rank after that many.
+
 Every connection runs ``--congestion`` (default cubic; hpnlab.node.tcpcc: set per socket, a refusal exits 1)
-and the report says which algorithm they ran (``congestion``).
+and the report says which algorithm they ran (``congestion``). With ``--dscp`` every connection is marked
+with that DSCP at both ends (hpnlab.node.dscp), the job's traffic class at the switches' queues.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import struct
 import sys
 import time
 
-from hpnlab.node import tcpcc
+from hpnlab.node import dscp, tcpcc
 from hpnlab.node.reports import write_json
 
 FRAME = struct.Struct("!IIII")  # step, segment, segments in step, payload length
@@ -118,8 +125,13 @@ class Watchdog:
 class Ring:
     def __init__(self, rank: int, addrs: list[str], port: int, size: int, conns: int, select: str,
                  segment: int = 65536, stall: float = 0.15, congestion: str = tcpcc.DEFAULT,
-                 timeout: float | None = None):
+                 timeout: float | None = None, dscp: int | None = None, compute: float = 0.0,
+                 sports: list[int] | None = None, iterations: int | None = None):
         self.rank, self.addrs, self.port = rank, addrs, port
+        self.compute = compute  # seconds of emulated GPU work at the start of every iteration
+        self.sports = sports or []  # outgoing connection i binds sports[i] (0: the kernel's choice)
+        self.max_iterations = iterations
+        self.dscp = dscp  # every connection's DSCP, both ends (None: unmarked)
         self.watchdog = Watchdog(timeout)
         self.congestion = congestion  # every connection's TCP congestion control (set per socket)
         self.n = len(addrs)
@@ -143,6 +155,7 @@ class Ring:
         lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         tcpcc.use(lsock, self.congestion)  # accepted connections inherit it
+        dscp.mark(lsock, self.dscp)  # so do they its TOS: the SYN-ACK and every ACK carry the class too
         lsock.bind((me, self.port))
         lsock.listen(64)
         lsock.settimeout(0.05)
@@ -153,7 +166,10 @@ class Ring:
             if len(self.out) < self.conns_wanted:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 tcpcc.use(s, self.congestion)
-                s.bind((me, 0))
+                dscp.mark(s, self.dscp)
+                if len(self.out) < len(self.sports):
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a repetition's earlier TIME_WAIT
+                s.bind((me, self.sports[len(self.out)] if len(self.out) < len(self.sports) else 0))
                 s.settimeout(0.2)
                 try:
                     s.connect((nxt, self.port))
@@ -164,6 +180,7 @@ class Ring:
             try:
                 c, _ = lsock.accept()
                 tcpcc.use(c, self.congestion)  # a check: it has the listener's already
+                dscp.mark(c, self.dscp)
                 c.settimeout(2)
                 c.recv(HELLO.size, socket.MSG_WAITALL)
                 self.inc.append(Conn(c, len(self.inc)))
@@ -247,11 +264,18 @@ class Ring:
         t_start = time.time()
         end = time.monotonic() + duration
         iterations: list[float] = []
+        computed: list[float] = []  # when each iteration's compute ended (wall clock)
         aborted = None
         step = self.step = 0
         self.watchdog.begin(time.monotonic())
-        self.send_step(step)
+        # An iteration's first step waits for its compute: held until hold_until (monotonic).
+        held: int | None = step
+        hold_until = time.monotonic() + self.compute
         while time.monotonic() < end and not stop_flag():
+            if held is not None and time.monotonic() >= hold_until:
+                computed.append(time.time())
+                self.send_step(held)
+                held = None
             for c in self.out:
                 c.flush()
             if all(c.dead for c in self.out) and self.watchdog.timeout is None:
@@ -259,19 +283,30 @@ class Ring:
                 # instead: a neighbour that aborted is what a collective library's timeout reports.
                 break
             want_write = any(c.pending for c in self.out)
-            for key, _ev in sel.select(timeout=0.001 if want_write else 0.01):
+            wait = 0.001 if want_write else 0.01
+            if held is not None:
+                wait = max(0.0, min(wait, hold_until - time.monotonic()))
+            for key, _ev in sel.select(timeout=wait):
                 if not self.on_readable(key.data):
                     sel.unregister(key.fileobj)
             now = time.monotonic()
             self.check_stalls(now)
-            while self.step_done(step):
+            while held is None and self.step_done(step):
                 self.received.pop(step, None)
                 self.nseg.pop(step, None)
                 step = self.step = step + 1
                 if step % steps_per_iter == 0:
                     iterations.append(time.time())
                     self.watchdog.begin(now)
+                    if self.max_iterations is not None and len(iterations) >= self.max_iterations:
+                        break
+                    if self.compute > 0:
+                        held, hold_until = step, now + self.compute
+                        break
+                    computed.append(time.time())  # no compute: the next iteration's traffic starts at once
                 self.send_step(step)
+            if self.max_iterations is not None and len(iterations) >= self.max_iterations:
+                break
             blocked = self.watchdog.expired(time.monotonic())
             if blocked is not None:
                 # The job dies here, as a rank of NCCL or gloo does: no retry, the sockets close on exit.
@@ -285,7 +320,8 @@ class Ring:
                 "select": self.select, "connections": len(self.out), "bytes_per_iteration": self.chunk * steps_per_iter,
                 "start": t_start, "iterations": iterations, "steps": step, "resent_segments": self.resent,
                 "duplicate_segments": self.dups, "stalls": [c.stalls for c in self.out], "congestion": ran,
-                "timeout_s": self.watchdog.timeout, "aborted": aborted}
+                "timeout_s": self.watchdog.timeout, "aborted": aborted, "dscp": self.dscp,
+                "compute_s": self.compute, "computed": computed, "sports": self.sports}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,13 +339,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="TCP congestion control of every connection (setsockopt TCP_CONGESTION; fails if refused)")
     p.add_argument("--timeout", type=float, default=None,
                    help="abort when one all-reduce has not completed this many seconds after it began")
+    p.add_argument("--dscp", type=int, default=None, choices=range(dscp.DSCP_MAX + 1), metavar="0..63",
+                   help="mark every connection's packets, both ends, with this DSCP (IP_TOS; default: unmarked)")
+    p.add_argument("--compute-ms", type=float, default=0.0,
+                   help="GPU work at the start of every iteration, emulated by waiting (ms)")
+    p.add_argument("--sports", default="", help="comma-separated source ports of the outgoing connections")
+    p.add_argument("--iterations", type=int, default=None, help="stop after this many iterations")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
     ring = Ring(a.rank, a.addrs.split(","), a.port, a.size, a.conns, a.select, congestion=a.congestion,
-                timeout=a.timeout)
+                timeout=a.timeout, dscp=a.dscp, compute=a.compute_ms / 1000,
+                sports=[int(x) for x in a.sports.split(",") if x], iterations=a.iterations)
     ring.connect(deadline=max(a.start_at, time.time()) + 15)
     while time.time() < a.start_at and not stop["flag"]:
         time.sleep(0.005)

@@ -9,7 +9,8 @@ cross-segment traffic), and the time the whole batch takes to arrive.
   A flow is done when the receiver has closed after reading everything (so the time counts delivery).
 
 Every socket runs ``--congestion`` (default cubic; hpnlab.node.tcpcc: set per socket, a refusal exits 1)
-and the report says which algorithm the connections ran (``congestion``).
+and the report says which algorithm the connections ran (``congestion``). ``--dscp`` marks every socket
+(hpnlab.node.dscp): give it to both ``send`` and ``serve``, so the receiver's ACKs carry the class too.
 
 Run inside a host namespace: ``python -m hpnlab.node.elephant send|serve ...``; one JSON report.
 """
@@ -25,7 +26,7 @@ import struct
 import sys
 import time
 
-from hpnlab.node import tcpcc
+from hpnlab.node import dscp, tcpcc
 from hpnlab.node.reports import StopFlag, wait_until, write_json
 
 SIOCOUTQ = 0x5411
@@ -40,11 +41,13 @@ def outq(sock: socket.socket) -> int:
         return 0
 
 
-def serve(bind: str, port: int, duration: float, start_at: float = 0.0, congestion: str = tcpcc.DEFAULT) -> dict:
+def serve(bind: str, port: int, duration: float, start_at: float = 0.0, congestion: str = tcpcc.DEFAULT,
+          mark: int | None = None) -> dict:
     stop = StopFlag()
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ran = {tcpcc.use(ls, congestion)}  # accepted connections inherit it
+    dscp.mark(ls, mark)  # and its TOS: the receiver's ACKs carry the sender's class (no reflection in Linux)
     ls.bind((bind, port))
     ls.listen(256)
     ls.setblocking(False)
@@ -61,6 +64,7 @@ def serve(bind: str, port: int, duration: float, start_at: float = 0.0, congesti
                 except BlockingIOError:
                     continue
                 ran.add(tcpcc.use(c, congestion))  # a check: it has the listener's already
+                dscp.mark(c, mark)
                 c.setblocking(False)
                 rec = {"src": addr, "sport": sport, "bytes": 0, "first": None, "last": None, "closed": None}
                 conns[c.fileno()] = rec
@@ -84,7 +88,7 @@ def serve(bind: str, port: int, duration: float, start_at: float = 0.0, congesti
                 c.close()
     ls.close()
     return {"kind": "elephant-receiver", "bind": bind, "port": port, "flows": list(conns.values()),
-            "congestion": tcpcc.summary(ran), "interrupted": stop.flag}
+            "congestion": tcpcc.summary(ran), "interrupted": stop.flag, "dscp": mark}
 
 
 class Flow:
@@ -106,7 +110,7 @@ class Peer:
 
 
 def send(src: str, port: int, flows: list[tuple[str, int]], size: int, select: str, duration: float,
-         start_at: float = 0.0, congestion: str = tcpcc.DEFAULT) -> dict:
+         start_at: float = 0.0, congestion: str = tcpcc.DEFAULT, mark: int | None = None) -> dict:
     """``flows``: (dst, sport) pairs; ``size`` bytes per flow (a peer's budget is size x its flows)."""
     stop = StopFlag()
     peers: dict[str, Peer] = {}
@@ -123,6 +127,7 @@ def send(src: str, port: int, flows: list[tuple[str, int]], size: int, select: s
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         tcpcc.use(s, congestion)
+        dscp.mark(s, mark)
         s.bind((src, f.sport))  # the source port decides the path: bound before connect
         s.setblocking(False)
         s.connect_ex((f.dst, port))
@@ -174,7 +179,7 @@ def send(src: str, port: int, flows: list[tuple[str, int]], size: int, select: s
               "flows": [{"dst": f.dst, "sport": f.sport, "sent": f.sent, "done": f.done_at, "error": f.error}
                         for f in every],
               "complete": not pending, "completion_s": round(max(done) - t0, 4) if not pending and done else None,
-              "congestion": tcpcc.summary(tcpcc.of(f.sock) for f in every), "interrupted": stop.flag}
+              "congestion": tcpcc.summary(tcpcc.of(f.sock) for f in every), "interrupted": stop.flag, "dscp": mark}
     for f in every:
         f.sock.close()
     return report
@@ -226,13 +231,15 @@ def main(argv: list[str] | None = None) -> int:
         x.add_argument("--start-at", type=float, default=0.0)
         x.add_argument("--congestion", default=tcpcc.DEFAULT,
                        help="TCP congestion control of every socket (setsockopt TCP_CONGESTION; fails if refused)")
+        x.add_argument("--dscp", type=int, default=None, choices=range(dscp.DSCP_MAX + 1), metavar="0..63",
+                       help="mark every socket's packets with this DSCP (IP_TOS; default: unmarked)")
         x.add_argument("--out", required=True)
     a = p.parse_args(argv)
     if a.mode == "send":
         flows = [(d, int(sp)) for d, sp in (x.rsplit(":", 1) for x in a.flows.split(","))]
-        rep = send(a.src, a.port, flows, a.size, a.select, a.duration, a.start_at, a.congestion)
+        rep = send(a.src, a.port, flows, a.size, a.select, a.duration, a.start_at, a.congestion, a.dscp)
     else:
-        rep = serve(a.bind, a.port, a.duration, a.start_at, a.congestion)
+        rep = serve(a.bind, a.port, a.duration, a.start_at, a.congestion, a.dscp)
     write_json(rep, a.out)
     return 0
 

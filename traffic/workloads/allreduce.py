@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, check_hosts, congestion_of, recovered_at, register
+from hpnlab.traffic.workloads.base import (WorkloadKind, WorkloadParams, check_hosts, congestion_of, dscp_args, recovered_at,
+                                            register)
 
 
 class AllReduceParams(WorkloadParams):
@@ -30,6 +31,7 @@ class AllReduce(WorkloadKind):
     help = "a ring all-reduce; iterations/s is the training throughput"
     series_label = "all-reduce iterations"
     Params = AllReduceParams
+    marks = True
 
     def check(self, w, spec, cfgs, where):
         check_hosts(f"{where} workload.hosts", list(w.hosts or []), cfgs, w.rail)
@@ -46,7 +48,7 @@ class AllReduce(WorkloadKind):
                                    "--size", str(w.size_kb * 1024), "--conns", str(w.connections),
                                    "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
                                    "--congestion", w.congestion, "--out", out]
-                          + (["--timeout", f"{w.timeout_s:g}"] if w.timeout_s is not None else [])})
+                          + (["--timeout", f"{w.timeout_s:g}"] if w.timeout_s is not None else []) + dscp_args(w)})
         return procs
 
     def result(self, plan, run_dir):

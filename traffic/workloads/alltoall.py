@@ -10,7 +10,7 @@ import sys
 from pydantic import Field
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, congestion_of, register, senders_done
+from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, congestion_of, dscp_args, register, senders_done
 
 PORT = 5400
 SPORT_BASE = 40000  # this host's connections to its peers: 40000 + peer index x connections + i
@@ -26,6 +26,7 @@ class AllToAll(WorkloadKind):
     kind = "alltoall"
     help = "one all-to-all round between every host of the rail (MoE); its completion time"
     Params = AllToAllParams
+    marks = True
 
     def check(self, w, spec, cfgs, where):
         hosts = [n for n, c in cfgs.items() if c.role == "host"]
@@ -46,7 +47,7 @@ class AllToAll(WorkloadKind):
             procs.append({"role": "alltoall-rx", "node": h, "out": out,
                           "argv": [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
                                    "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}",
-                                   "--congestion", w.congestion, "--out", out]})
+                                   "--congestion", w.congestion, "--out", out] + dscp_args(w)})
         for h in hosts:
             flows = [f"{ip[p]}:{SPORT_BASE + j * w.connections + i}" for j, p in enumerate(hosts) if p != h
                      for i in range(w.connections)]
@@ -55,7 +56,7 @@ class AllToAll(WorkloadKind):
                           "argv": [py, "-m", "hpnlab.node.elephant", "send", "--src", ip[h], "--port", str(PORT),
                                    "--flows", ",".join(flows), "--size", str(w.size_kb * 1024 // w.connections),
                                    "--select", "hash", "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
-                                   "--congestion", w.congestion, "--out", out]})
+                                   "--congestion", w.congestion, "--out", out] + dscp_args(w)})
         return procs
 
     def done(self, procs):

@@ -31,6 +31,10 @@ class WorkloadParams(BaseModel):
         "TCP congestion control set on every socket of the workload (every kind but none), whatever the "
         "kernel's default is (cubic: Debian's and Ubuntu's default); one the kernel has or can load, else the "
         "run is refused before any lab comes up"))
+    dscp: int | None = Field(None, ge=0, le=63, description=(
+        "the workload's traffic class: every connection is marked with this DSCP (0..63) at both ends (IP_TOS on "
+        "every socket; Linux does not reflect a connection's TOS in its replies), and a lab with qos queues it "
+        "where qos.dscp maps it; kinds allreduce, alltoall and elephant (default: unmarked, DSCP 0)"))
 
     @field_validator("congestion")
     @classmethod
@@ -51,11 +55,12 @@ class WorkloadKind:
     series_label = ""  # what ``rate_series`` measures, for the plot's legend ("" : nothing to draw)
     own_report = False  # True: summary.txt and plot.png come from summary_table/plot below, not the probes'
     tcp = True  # its processes send TCP: workload.congestion is set on their sockets and checked against the kernel
+    marks = False  # its programs mark every socket, both ends, with workload.dscp (else a dscp is refused)
 
     def parse(self, data: dict, where: str) -> WorkloadParams:
         """The experiment file's ``workload:`` mapping as this kind's parameters; one line naming the key."""
         try:
-            return self.Params.model_validate(data)
+            w = self.Params.model_validate(data)
         except ValidationError as err:
             e = err.errors(include_url=False)[0]
             key = ".".join(str(x) for x in e["loc"]) or "workload"
@@ -64,6 +69,11 @@ class WorkloadKind:
                 raise SpecError(f"{where}: experiment field 'workload.{key}': not a key of workload kind "
                                 f"'{self.kind}' (its keys: {known})") from None
             raise SpecError(f"{where}: experiment field 'workload.{key}': {e['msg']}") from None
+        if w.dscp is not None and not self.marks:
+            # a class half the connection's packets ignore (or none do) would be measured as if it held
+            raise SpecError(f"{where}: experiment field 'workload.dscp': workload kind '{self.kind}' cannot mark "
+                            f"its traffic at both ends; kinds that do: {', '.join(k for k, c in REGISTRY.items() if c.marks)}")
+        return w
 
     def check(self, w, spec, cfgs: dict[str, NodeConfig], where: str) -> None:
         """Refuse, in one line, what this kind cannot run (before any lab comes up)."""
@@ -174,6 +184,11 @@ def congestion_of(reports: list[dict]) -> str | None:
     differed; None where none said: a report written before hpnlab recorded it)."""
     names = {n for r in reports for n in (r.get("congestion") or "").split(",") if n}
     return ",".join(sorted(names)) or None
+
+
+def dscp_args(w: WorkloadParams) -> list[str]:
+    """A node program's ``--dscp`` for ``w.dscp`` (nothing when unmarked: the command line stays as before)."""
+    return [] if w.dscp is None else ["--dscp", str(w.dscp)]
 
 
 def check_hosts(where: str, names_: list[str | None], cfgs: dict[str, NodeConfig], rail: int) -> None:

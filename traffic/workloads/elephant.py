@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, register, senders_done
+from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, dscp_args, register, senders_done
 
 
 class ElephantParams(WorkloadParams):
@@ -42,6 +42,7 @@ class Elephant(WorkloadKind):
     kind = "elephant"
     help = "bulk flows between segments, placed on a probed path map by hash or disjoint selection"
     Params = ElephantParams
+    marks = True
 
     def check(self, w, spec, cfgs, where):
         if w.pool < w.flows_per_peer:
@@ -91,7 +92,7 @@ class Elephant(WorkloadKind):
             out.append({"role": "elephant-rx", "node": h, "out": f,
                         "argv": [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
                                  "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}",
-                                 "--congestion", w.congestion, "--out", f]})
+                                 "--congestion", w.congestion, "--out", f] + dscp_args(w)})
         for h in balance.hosts_of(cfgs):
             mine = [r for r in flows if r["src"] == h]
             if not mine:
@@ -102,7 +103,7 @@ class Elephant(WorkloadKind):
                                  "--flows", ",".join(f"{ip[r['dst']]}:{r['sport']}" for r in mine),
                                  "--size", str(w.size_kb * 1024), "--select", w.select,
                                  "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
-                                 "--congestion", w.congestion, "--out", f]})
+                                 "--congestion", w.congestion, "--out", f] + dscp_args(w)})
         for n, c in sorted(cfgs.items()):
             if c.role == "host":
                 continue
