@@ -9,6 +9,7 @@ congestion control their workload sockets reported, the hosts' driver), read fro
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -37,11 +38,33 @@ def git_checkout(where: Path = HERE) -> dict:
     commit (untracked files do not count). Takes no lock: others may be committing in the same tree."""
     top = _run(["git", "-C", str(where), "rev-parse", "--show-toplevel"])
     if not top or not _is_hpnlab(Path(top.strip())):
-        return {"commit": UNKNOWN, "dirty": UNKNOWN}
+        return _stamped(where)
     commit = _run(["git", "-C", str(where), "rev-parse", "HEAD"])
     status = _run(["git", "--no-optional-locks", "-C", str(where), "status", "--porcelain", "--untracked-files=no"])
     return {"commit": commit.strip() if commit else UNKNOWN,
             "dirty": bool(status.strip()) if status is not None else UNKNOWN}
+
+
+# A checkout copied without its .git (the VMs get the tree as a tar: vm/run.py) carries its commit in this file
+# at its top, written by whoever copied it; without it such a run's results could not say what code made them.
+SOURCE_STAMP = ".hpnlab-source.json"
+
+
+def _stamped(where: Path) -> dict:
+    """{commit, dirty} from the SOURCE_STAMP at the top of the hpnlab tree ``where`` lies in, else unknown."""
+    for d in (where, *where.parents):
+        if (d / "pyproject.toml").exists():
+            if not _is_hpnlab(d):
+                break
+            try:
+                stamp = json.loads((d / SOURCE_STAMP).read_text())
+                commit, dirty = stamp["commit"], stamp["dirty"]
+            except (OSError, ValueError, KeyError, TypeError):
+                break
+            if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit) and isinstance(dirty, bool):
+                return {"commit": commit, "dirty": dirty}
+            break
+    return {"commit": UNKNOWN, "dirty": UNKNOWN}
 
 
 def _is_hpnlab(top: Path) -> bool:

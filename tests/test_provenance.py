@@ -51,6 +51,24 @@ def test_a_dirty_tree_is_dirty_and_untracked_files_do_not_count(tmp_path):
     assert provenance.git_checkout(repo)["dirty"] is True
 
 
+def test_a_tree_copied_without_git_reads_its_stamp(tmp_path):
+    """The VMs get the checkout as a tar with no .git; vm/run.py puts the commit beside it."""
+    tree = tmp_path / "src"
+    (tree / "lab").mkdir(parents=True)
+    (tree / "pyproject.toml").write_text('[project]\nname = "hpnlab"\n')
+    assert provenance.git_checkout(tree / "lab") == {"commit": "unknown", "dirty": "unknown"}
+    stamp = tree / provenance.SOURCE_STAMP
+    stamp.write_text(json.dumps({"commit": "a" * 40, "dirty": False}))
+    assert provenance.git_checkout(tree / "lab") == {"commit": "a" * 40, "dirty": False}
+    for bad in ('{"commit": "HEAD", "dirty": false}', '{"commit": null}', "not json", "[]"):
+        stamp.write_text(bad)
+        assert provenance.git_checkout(tree / "lab") == {"commit": "unknown", "dirty": "unknown"}, bad
+    # a stamp in some other project's tree is not hpnlab's
+    (tree / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    stamp.write_text(json.dumps({"commit": "a" * 40, "dirty": False}))
+    assert provenance.git_checkout(tree / "lab") == {"commit": "unknown", "dirty": "unknown"}
+
+
 def test_no_git_at_all_is_unknown(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert provenance.git_checkout() == {"commit": "unknown", "dirty": "unknown"}

@@ -55,3 +55,8 @@ def test_debian_12_stock_kernels_run_the_lab_the_kernel_tests_and_the_failover(t
         assert tests.get("passed", 0) >= 5 and tests.get("skipped", 1) == 0, tests
         verify = json.loads((out / res["kernel"] / "out" / "verify.json").read_text())
         assert verify and all(c["ok"] for c in verify)
+        # the VM got the tree without .git: its results still name the commit they were made from
+        lf = json.loads((out / res["kernel"] / "out" / "results.json").read_text())
+        if (ROOT / ".git").exists():
+            head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+            assert lf["provenance"]["commit"] == head, lf["provenance"]

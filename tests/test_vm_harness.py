@@ -38,3 +38,19 @@ def test_junit_counts_of_a_missing_or_broken_file_is_none(tmp_path):
     assert mod.junit_counts(tmp_path / "absent.xml") is None
     (tmp_path / "cut.xml").write_text("<testsuites><testsuite")
     assert mod.junit_counts(tmp_path / "cut.xml") is None
+
+
+def test_the_source_tar_carries_the_commit_it_was_made_from(tmp_path):
+    """The VM's copy has no .git; the tar holds the commit so the VM's results' provenance can name it."""
+    import json
+    import tarfile
+
+    mod = _run_module()
+    n = mod.source_tar(tmp_path / "src.tar")
+    with tarfile.open(tmp_path / "src.tar") as tar:
+        names = tar.getnames()
+        stamp = json.loads(tar.extractfile(".hpnlab-source.json").read())
+    assert n >= 50 and "pyproject.toml" in names and not any(x.startswith(".git/") for x in names)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:
+        assert stamp["commit"] == head.stdout.strip() and isinstance(stamp["dirty"], bool), stamp

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -151,7 +152,24 @@ def source_tar(dest: Path) -> int:
             if f and (p.is_file() or p.is_symlink()):
                 tar.add(p, arcname=f.decode(), recursive=False)
                 n += 1
+        # the tar has no .git: the commit it was made from goes with it, for the VM's results' provenance
+        # (hpnlab.provenance reads this file where git cannot answer)
+        stamp = json.dumps(source_commit()).encode()
+        info = tarfile.TarInfo(".hpnlab-source.json")
+        info.size, info.mtime = len(stamp), int(time.time())
+        tar.addfile(info, io.BytesIO(stamp))
     return n
+
+
+def source_commit() -> dict:
+    """{commit, dirty} of this checkout (dirty: tracked files differ from the commit), as hpnlab.provenance
+    reports a checkout; "unknown" where git cannot say."""
+    def git(*argv: str) -> str | None:
+        r = subprocess.run(["git", "-C", str(ROOT), *argv], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else None
+    commit = git("rev-parse", "HEAD")
+    status = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit or "unknown", "dirty": bool(status) if status is not None else "unknown"}
 
 
 # --- one VM -------------------------------------------------------------------------------------------------
