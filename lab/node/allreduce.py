@@ -313,6 +313,14 @@ class Ring:
                 aborted = {"at": time.time(), "blocked_s": round(blocked, 3), "step": step,
                            "iteration": step // steps_per_iter, "timeout_s": self.watchdog.timeout}
                 break
+        if self.max_iterations is not None and len(iterations) >= self.max_iterations:
+            # Done by count: what this rank still owes the next one (its last step, sent as it finished
+            # receiving) must leave before the sockets close, or the next rank never completes its count.
+            drain_end = time.monotonic() + 5.0
+            while time.monotonic() < drain_end and any((c.pending or c.outq()) and not c.dead for c in self.out):
+                for c in self.out:
+                    c.flush()
+                time.sleep(0.002)
         ran = tcpcc.summary(tcpcc.of(c.sock) for c in self.out + self.inc)
         for c in self.out + self.inc:
             c.sock.close()

@@ -1,0 +1,207 @@
+"""Concurrent jobs without root: the experiment file's jobs (fuzzed specs fail in one line, exit 2), the
+policies' assignments on a synthetic path map, per-job figures, and the all-reduce's compute phase on
+loopback."""
+
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from hpnlab.errors import SpecError
+from hpnlab.traffic import experiment, policies
+from hpnlab.traffic.workloads import jobs as jobsmod
+
+REPO = Path(__file__).resolve().parents[1]
+LAB = "{aggs_per_plane: 1, links: {access: {rate_mbit: 40}, uplink: {rate_mbit: 10}}}"
+HEAVY = "{name: heavy, hosts: [s0h0, s1h0], compute_ms: 400, size_kb: 128}"
+CHATTY = "{name: chatty, hosts: [s0h1, s1h1], compute_ms: 50, size_kb: 1024}"
+
+
+def _write(tmp_path, workload: str) -> Path:
+    p = tmp_path / "x.yml"
+    p.write_text(f"name: x\nspec: {REPO}/examples/load-balance.yml\nworkload: {workload}\n"
+                 f"variants: [{{name: a, spec: {LAB}}}]\n")
+    return p
+
+
+def _plan(tmp_path, policy="fifo", extra=""):
+    w = f"{{kind: jobs, policy: {policy}, jobs: [{HEAVY}, {CHATTY}]{extra}}}"
+    return experiment.load(_write(tmp_path, w)).plans[0]
+
+
+BAD_JOBS = [
+    ("{kind: jobs}", "workload.jobs"),
+    ("{kind: jobs, jobs: []}", "workload.jobs"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0]}]}", "workload.jobs.0.hosts"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, nope]}]}", "workload.jobs.0.hosts"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s0h0]}]}", "workload.jobs.0.hosts"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s1h0], compute_ms: -1}]}", "workload.jobs.0.compute_ms"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s1h0], size_kb: 0}]}", "workload.jobs.0.size_kb"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s1h0], collective: ring}]}", "workload.jobs.0.collective"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s1h0], colour: red}]}", "workload.jobs.0.colour"),
+    ("{kind: jobs, jobs: [{name: 'a b', hosts: [s0h0, s1h0]}]}", "workload.jobs.0.name"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s1h0]}, {name: a, hosts: [s0h1, s1h1]}]}", "workload.jobs"),
+    ("{kind: jobs, policy: lottery, jobs: [{name: a, hosts: [s0h0, s1h0]}]}", "workload.policy"),
+    ("{kind: jobs, queues: 9, jobs: [{name: a, hosts: [s0h0, s1h0]}]}", "workload.queues"),
+    ("{kind: jobs, pool: 1, jobs: [{name: a, hosts: [s0h0, s1h0], connections: 2}]}", "workload.pool"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s1h0], rail: 3}]}", "rail"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s1h0], k: 0}]}", "workload.jobs.0.k"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s1h0], iterations: 0}]}", "workload.jobs.0.iterations"),
+    ("{kind: jobs, jobs: [{name: a, hosts: [s0h0, s1h0]}], dscp: 8}", "workload.dscp"),
+]
+
+
+@pytest.mark.parametrize("workload,field", BAD_JOBS, ids=[w for w, _f in BAD_JOBS])
+def test_bad_job_specs_name_the_field_in_one_line(tmp_path, workload, field):
+    with pytest.raises(SpecError) as e:
+        experiment.load(_write(tmp_path, workload))
+    assert field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fuzzed_job_specs_exit_2_with_one_line(tmp_path):
+    """Random mutations of a good jobs workload: each loads, or fails with one line naming a workload key;
+    through the CLI, one line on stderr and exit 2, no traceback and no lab."""
+    rng = random.Random(38)
+    keys = ["name", "hosts", "rail", "collective", "size_kb", "compute_ms", "iterations", "connections", "k", "bogus"]
+    values = ["-1", "0", "1e9", "nan", "''", "[]", "[s0h0]", "{a: 1}", "x y", "null", "true", "3.5", "[s0h0, s9h9]"]
+    cli_checked = 0
+    for i in range(40):
+        job = {"name": "a", "hosts": "[s0h0, s1h0]"}
+        job[rng.choice(keys)] = rng.choice(values)
+        text = "{kind: jobs, jobs: [{" + ", ".join(f"{k}: {v}" for k, v in job.items()) + "}]}"
+        p = _write(tmp_path, text)
+        try:
+            experiment.load(p)
+        except SpecError as e:
+            assert "\n" not in str(e) and "workload" in str(e), str(e)
+            if cli_checked < 3:  # the CLI's exit code and one line, for a few of them (each is a process)
+                r = subprocess.run([sys.executable, "-m", "hpnlab.cli", "run", str(p), "--out", str(tmp_path / "o")],
+                                   capture_output=True, text=True, cwd=REPO, timeout=60)
+                assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+                assert not (tmp_path / "o").exists()
+                cli_checked += 1
+    assert cli_checked == 3
+
+
+def test_priority_policies_refuse_a_lab_without_switch_queues(tmp_path):
+    for policy in ("crux", "crux-priority-only", "reversed"):
+        with pytest.raises(SpecError) as e:
+            _plan(tmp_path, policy)
+        assert "workload.policy" in str(e.value) and "qos" in str(e.value)
+    for policy in ("fifo", "crux-paths-only"):
+        assert _plan(tmp_path, policy).workload.policy == policy
+
+
+def _rows(plan):
+    """A synthetic path map: every connection's pair, 8 source ports alternating between the planes."""
+    out = []
+    for i, j in enumerate(plan.workload.jobs):
+        for src, dst in jobsmod.pairs_of(j):
+            s, d = plan.cfgs[src].nic(0), plan.cfgs[dst].nic(0)
+            for n in range(8):
+                p = n % 2
+                out.append({"job": j.name, "src": src, "dst": dst, "sport": jobsmod.SPORT_BASE + 256 * i + n,
+                            "port": s.ports[p], "tor": s.tors[p], "agg": f"agg{p}-0", "dst_tor": d.tors[p]})
+    return out
+
+
+def test_intensity_on_the_hash_placement_and_every_policy_assigns_every_connection(tmp_path):
+    plan = _plan(tmp_path)
+    rows = _rows(plan)
+    x = jobsmod.inputs(plan.workload, plan.cfgs, rows, 1000)
+    # a lab's qos as the policies read it: queue 0 first, cs5 -> 0, cs1 -> 1 (the default queue)
+    spec = SimpleNamespace(qos=SimpleNamespace(queues=2, default_queue=None, dscp={40: 0, 8: 1}))
+    for name in policies.names():
+        a = policies.get(name).assign(jobsmod.inputs(plan.workload, plan.cfgs, rows, 1000, spec))
+        for j in plan.workload.jobs:
+            got = a["jobs"][j.name]
+            assert len(got["sports"]) == len(j.hosts) * j.connections
+            assert got["intensity"] > 0
+        heavy, chatty = a["jobs"]["heavy"], a["jobs"]["chatty"]
+        # heavy: 0.8 GPU-s over 128 KB at 10 Mbit/s (both its connections on one uplink: at most 0.105 s);
+        # chatty: 0.1 GPU-s over 1 MB: far less intensive
+        assert heavy["intensity"] > 10 * chatty["intensity"]
+        if policies.get(name).uses_queues:
+            assert heavy["level"] != chatty["level"] and {heavy["level"], chatty["level"]} == {0, 1}
+            hi = "heavy" if name != "reversed" else "chatty"
+            lo = "chatty" if hi == "heavy" else "heavy"
+            assert a["jobs"][hi]["level"] == 0 and a["jobs"][hi]["dscp"] == 40 and a["jobs"][hi]["queue"] == 0
+            assert a["jobs"][lo]["dscp"] == 8 and a["jobs"][lo]["queue"] == 1
+        else:
+            assert heavy["level"] is None and heavy["dscp"] is None
+        if name in ("fifo", "crux-priority-only", "reversed"):
+            assert heavy["sports"] == [r["sport"] for r in x.hashed["heavy"]]
+    # crux's placement spreads the most intensive job's connections over both planes in each direction
+    a = policies.get("crux-paths-only").assign(x)
+    assert {p.split(">")[2] for p in a["jobs"]["heavy"]["paths"][:2]} == {"agg0-0", "agg1-0"}
+
+
+def test_a_levels_dscp_is_one_the_labs_map_sends_to_its_queue():
+    from hpnlab.traffic.policies.base import dscp_for_queue
+
+    qos = SimpleNamespace(queues=3, default_queue=None, dscp={46: 0, 34: 0, 26: 1})
+    assert [dscp_for_queue(qos, q) for q in range(3)] == [34, 26, 0]  # queue 2: the default, unmarked
+    qos = SimpleNamespace(queues=3, default_queue=1, dscp={46: 0})
+    assert [dscp_for_queue(qos, q) for q in range(3)] == [46, 0, None]
+
+
+def test_launch_passes_compute_ports_and_only_an_assigned_dscp(tmp_path):
+    plan = _plan(tmp_path)
+    plan.assignment = policies.get("fifo").assign(jobsmod.inputs(plan.workload, plan.cfgs, _rows(plan), 1000))
+    procs = jobsmod.Jobs().launch(plan, tmp_path, 100.0, 10)
+    assert len(procs) == 4 and all(p["role"] == "job" for p in procs)
+    argv = procs[0]["argv"]
+    assert argv[argv.index("--compute-ms") + 1] == "400" and "--dscp" not in argv
+    assert argv[argv.index("--sports") + 1] == ",".join(map(str, plan.assignment["jobs"]["heavy"]["sports"][:2]))
+    assert argv[argv.index("--port") + 1] == str(jobsmod.PORT_BASE)
+    assert procs[2]["argv"][procs[2]["argv"].index("--port") + 1] == str(jobsmod.PORT_BASE + 1)
+    plan.assignment["jobs"]["heavy"]["dscp"] = 8
+    argv = jobsmod.Jobs().launch(plan, tmp_path, 100.0, 10)[0]["argv"]
+    assert argv[argv.index("--dscp") + 1] == "8"
+
+
+def test_job_figures_utilisation_and_exposed_communication():
+    # 3 iterations of 100 ms compute + 50 ms communication each
+    computed = [10.1, 10.25, 10.4]
+    ends = [10.15, 10.3, 10.45]
+    f = jobsmod.job_figures([{"rank": 0, "ranks": 2, "iterations": ends, "computed": computed}], 0.1)
+    assert f["iterations"] == 3 and f["gpu_util"] == pytest.approx(0.3 / 0.45, abs=1e-3)
+    assert f["exposed_ms"]["median"] == pytest.approx(50, abs=0.2)
+    assert f["iteration_ms"]["median"] == pytest.approx(150, abs=0.2)
+    assert jobsmod.cluster_util({"a": {"gpu_util": 0.5, "ranks": 2}, "b": {"gpu_util": 0.8, "ranks": 6}}) == \
+        pytest.approx(0.725)
+    assert jobsmod.job_figures([{"rank": 0, "ranks": 2, "iterations": [], "computed": []}], 0.1)["gpu_util"] == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_ring_with_a_compute_phase_waits_it_out_each_iteration_and_stops_at_its_count(tmp_path):
+    """Two ranks on loopback, 100 ms of compute per iteration and tiny messages: the compute is most of every
+    iteration, each iteration's compute end precedes its end, and --iterations stops the ring."""
+    port, start = _free_port(), time.time() + 1.0
+    procs = []
+    for rank in (0, 1):
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "hpnlab.node.allreduce", "--rank", str(rank), "--addrs", "127.0.0.1,127.0.0.2",
+             "--port", str(port), "--size", "4096", "--conns", "2", "--compute-ms", "100", "--iterations", "8",
+             "--duration", "20", "--start-at", f"{start:.3f}", "--out", str(tmp_path / f"r{rank}.json")]))
+    for p in procs:
+        assert p.wait(timeout=40) == 0
+    reps = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in (0, 1)]
+    for r in reps:
+        assert len(r["iterations"]) == 8 and len(r["computed"]) == 8
+        assert all(c <= e for c, e in zip(r["computed"], r["iterations"]))
+        assert r["computed"][0] >= start + 0.095  # the first iteration computes before it sends
+    f = jobsmod.job_figures(reps, 0.1)
+    # 8 x 100 ms of compute; a busy 2-core machine stretches the wall time, hence the margin
+    assert f["iteration_ms"]["min"] >= 99 and 0.5 < f["gpu_util"] <= 1.0

@@ -1,0 +1,360 @@
+"""jobs: several training jobs at once, sharing the fabric, scheduled by a policy (Crux's, or none).
+
+Each job is a ring all-reduce over its own hosts (ranks) on its own rail and port, and each of its
+iterations begins with ``compute_ms`` of GPU work, emulated by waiting (hpnlab.node.allreduce
+--compute-ms); the rest of the iteration is its exposed communication. Per job: iteration times, exposed
+communication, GPU utilisation (compute time over wall time, iterations completed); for the cluster, the
+jobs' utilisations weighted by their ranks; and each job's GPU intensity as Crux defines it
+(hpnlab.traffic.crux), from the path map the variant probes first and the links' capacities.
+
+The policy (hpnlab.traffic.policies) decides each job's class (DSCP, queue) and each connection's source
+port, so its path; the assignment is in every repetition's results. Policies that set classes need the
+spec's switch QoS; ``fifo`` and ``crux-paths-only`` do not.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hpnlab.errors import SpecError
+from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, check_hosts, congestion_of, register
+
+PORT_BASE = 17100  # job i listens on PORT_BASE + i
+SPORT_BASE = 30000  # job i's source ports: SPORT_BASE + i * 256 + (0 .. pool-1)
+
+
+class Job(BaseModel):
+    """One training job of a ``jobs`` workload."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,24}$", description="the job's name in results.json")
+    hosts: list[str] = Field(min_length=2, max_length=64, description="its ranks, one per host, in ring order")
+    rail: int | None = Field(None, ge=0, description="the rail it uses (default: the workload's rail)")
+    collective: Literal["allreduce"] = Field("allreduce", description="its collective: a ring all-reduce")
+    size_kb: int = Field(1024, ge=1, le=1 << 20, description="bytes each iteration all-reduces, KB")
+    compute_ms: float = Field(100.0, ge=0, le=60000, description=(
+        "GPU work at the start of every iteration, ms (emulated by waiting)"))
+    iterations: int | None = Field(None, ge=1, le=1_000_000, description=(
+        "stop after this many iterations (default: run for the experiment's duration)"))
+    connections: int = Field(2, ge=1, le=16, description="connections from each rank to the next")
+    k: float = Field(1.0, gt=0, le=1e6, description="Crux's correction factor: priority = k x intensity")
+
+
+class JobsParams(WorkloadParams):
+    jobs: list[Job] = Field(min_length=1, max_length=8, description="the jobs (below)")
+    policy: str = Field("fifo", description="the scheduling policy: fifo, crux, crux-priority-only, "
+                        "crux-paths-only or reversed")
+    queues: int = Field(2, ge=1, le=8, description="K: the priority levels the policy compresses onto")
+    pool: int = Field(16, ge=1, le=256, description="source ports probed per connection's host pair (path map)")
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        from hpnlab.traffic import policies
+
+        if v not in policies.REGISTRY:
+            raise ValueError(f"'{v}' is not a policy; choose one of {', '.join(policies.REGISTRY)}")
+        return v
+
+
+def rail_of(w, job: Job) -> int:
+    return w.rail if job.rail is None else job.rail
+
+
+def pairs_of(job: Job) -> list[tuple[str, str]]:
+    """(rank's host, next rank's host) for every rank: the connections' ends."""
+    return [(h, job.hosts[(i + 1) % len(job.hosts)]) for i, h in enumerate(job.hosts)]
+
+
+def bytes_per_conn(job: Job) -> float:
+    from hpnlab.traffic import crux
+
+    return crux.ring_bytes_per_rank(job.size_kb * 1024, len(job.hosts)) / job.connections
+
+
+def inputs(w, cfgs: dict, rows: list[dict], seed: int, spec=None):
+    """A policy's inputs from the probed path map: candidates per connection, and the hash's pick (seeded,
+    so every policy of a repetition meets the same hash placement)."""
+    from hpnlab.traffic import balance, crux
+    from hpnlab.traffic.policies.base import Inputs, dscp_for_queue
+
+    rng = random.Random(seed)
+    by = {}
+    for r in balance.complete(rows):
+        by.setdefault((r["job"], r["src"], r["dst"]), []).append(r)
+    cap: dict = {}
+    for rail in sorted({rail_of(w, j) for j in w.jobs}):
+        cap.update(crux.capacities(cfgs, rail))
+    cands, hashed, demands, bpc = {}, {}, [], {}
+    for j in w.jobs:
+        cands[j.name], hashed[j.name] = [], []
+        for src, dst in pairs_of(j):
+            c = sorted(by.get((j.name, src, dst), []), key=lambda r: r["sport"])
+            if len(c) < j.connections:
+                raise SpecError(f"job {j.name}: the path map has {len(c)} answered source ports from {src} to "
+                                f"{dst}; need {j.connections}: probe a larger pool")
+            cands[j.name] += [c] * j.connections
+            hashed[j.name] += rng.sample(c, j.connections)
+        demands.append(crux.Demand(j.name, j.compute_ms / 1000 * len(j.hosts), {}, j.k))
+        bpc[j.name] = bytes_per_conn(j)
+    qos = getattr(spec, "qos", None) if spec is not None else None
+    dscps = [dscp_for_queue(qos, q) for q in range(w.queues)] if qos is not None else None
+    return Inputs(demands, cap, cands, hashed, bpc, w.queues, rng, dscps)
+
+
+def _mmm(values: list[float]) -> dict | None:
+    v = [x for x in values if x is not None]
+    if not v:
+        return None
+    return {"n": len(v), "min": round(min(v), 4), "median": round(statistics.median(v), 4), "max": round(max(v), 4)}
+
+
+def job_figures(reps: list[dict], compute_s: float) -> dict:
+    """One job's figures from its ranks' reports: rank 0's iterations (the ring moves in lockstep) and the
+    compute ends that began them."""
+    r0 = min(reps, key=lambda r: r["rank"])
+    ends, computed = r0["iterations"], r0.get("computed", [])
+    n = min(len(ends), len(computed))
+    if not n:
+        return {"iterations": 0, "gpu_util": 0.0, "ranks": r0["ranks"]}
+    begins = [computed[0] - compute_s] + ends[: n - 1]
+    iter_s = [e - b for b, e in zip(begins, ends[:n])]
+    exposed = [e - c for c, e in zip(computed[:n], ends[:n])]
+    wall = ends[n - 1] - begins[0]
+    return {"ranks": r0["ranks"], "iterations": n, "compute_ms": round(compute_s * 1000, 3),
+            "iteration_ms": {k: round(v * 1000, 1) for k, v in (_mmm(iter_s) or {}).items() if k != "n"},
+            "exposed_ms": {k: round(v * 1000, 1) for k, v in (_mmm(exposed) or {}).items() if k != "n"},
+            "gpu_util": round(n * compute_s / wall, 4) if wall > 0 else 0.0,
+            "begin": begins[0], "ends": ends[:n]}
+
+
+def cluster_util(jobs: dict) -> float | None:
+    """The jobs' GPU utilisations weighted by their ranks."""
+    ranks = sum(j["ranks"] for j in jobs.values())
+    return round(sum(j["gpu_util"] * j["ranks"] for j in jobs.values()) / ranks, 4) if ranks else None
+
+
+@register
+class Jobs(WorkloadKind):
+    kind = "jobs"
+    help = "several ring all-reduce jobs with compute phases at once, scheduled by a policy (Crux, fifo)"
+    doc = ("Each job names its hosts (ranks), rail, message size, compute time per iteration and connections; "
+           "the policy gives each job its class and each connection its path. Figures per job: iteration "
+           "times, exposed communication, GPU utilisation, GPU intensity; for the cluster: utilisation "
+           "weighted by ranks.")
+    Params = JobsParams
+    own_report = True
+
+    def check(self, w, spec, cfgs, where):
+        from hpnlab.traffic import policies
+
+        names = [j.name for j in w.jobs]
+        if len(set(names)) != len(names):
+            raise SpecError(f"{where} workload.jobs: job names must be unique (got {', '.join(names)})")
+        for i, j in enumerate(w.jobs):
+            check_hosts(f"{where} workload.jobs.{i}.hosts", list(j.hosts), cfgs, rail_of(w, j))
+            if len(set(j.hosts)) != len(j.hosts):
+                raise SpecError(f"{where} workload.jobs.{i}.hosts: a host appears twice; one rank per host")
+            if w.pool < j.connections:
+                raise SpecError(f"{where} workload.pool: probe at least jobs.{i}.connections ({j.connections}) "
+                                f"source ports per pair")
+        pol = policies.get(w.policy)
+        qos = getattr(spec, "qos", None)
+        if pol.uses_queues and not getattr(qos, "queues", None):
+            raise SpecError(f"{where} workload.policy: '{w.policy}' sets priorities, so the switches need queues; "
+                            f"give the spec a qos with queues >= workload.queues ({w.queues})")
+        if pol.uses_queues and qos.queues < w.queues:
+            raise SpecError(f"{where} workload.queues: {w.queues} levels, but the spec's qos has {qos.queues} queues")
+        if pol.uses_queues:
+            from hpnlab.traffic.policies.base import dscp_for_queue
+
+            for q in range(w.queues):
+                if dscp_for_queue(qos, q) is None:
+                    raise SpecError(f"{where} workload.queues: the spec's qos.dscp maps no DSCP to queue {q}; "
+                                    f"map one per level, e.g. qos: {{dscp: {{cs7: 0, cs6: 1}}}}")
+
+    def prepare_variant(self, lab, plan, raw, progress):
+        """The path map of every job's connections (each rank to the next, the job's port), probed once."""
+        from hpnlab.traffic import balance
+        from hpnlab.traffic.nodetools import path_map
+
+        w = plan.workload
+        progress(f"{plan.name}: probing the jobs' path map ({w.pool} source ports per connection's host pair)")
+        rows = []
+        for i, j in enumerate(w.jobs):
+            sports = list(range(SPORT_BASE + 256 * i, SPORT_BASE + 256 * i + w.pool))
+            for src, dst in pairs_of(j):
+                for r in path_map(lab.runtime, lab.cfgs, src, [dst], rail_of(w, j), sports, PORT_BASE + i, "tcp"):
+                    rows.append({**r, "job": j.name})
+        raw.mkdir(parents=True, exist_ok=True)
+        (raw / "pathmap.json").write_text(json.dumps(rows))
+        progress(f"{plan.name}: {len(balance.complete(rows))}/{len(rows)} probes answered")
+        return {"policy": w.policy, "queues": w.queues}
+
+    def prepare_repetition(self, plan, raw, run_dir, k):
+        """Repetition k's assignment: the hash placement seeded by k, then the policy."""
+        from hpnlab.traffic import policies
+
+        rows = json.loads((raw / "pathmap.json").read_text())
+        w = plan.workload
+        plan.assignment = policies.get(w.policy).assign(inputs(w, plan.cfgs, rows, 1000 + k, plan.spec))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "assignment.json").write_text(json.dumps(plan.assignment))
+
+    def launch(self, plan, run_dir, t0, duration):
+        w = plan.workload
+        asg = plan.assignment["jobs"]
+        procs = []
+        for i, j in enumerate(w.jobs):
+            a = asg[j.name]
+            addrs = ",".join(plan.host_ip(h, rail_of(w, j)) for h in j.hosts)
+            for rank, h in enumerate(j.hosts):
+                sports = a["sports"][rank * j.connections:(rank + 1) * j.connections]
+                out = str(run_dir / f"job-{j.name}-{rank}.json")
+                procs.append({"role": "job", "node": h, "out": out,
+                              "argv": [sys.executable, "-m", "hpnlab.node.allreduce", "--rank", str(rank),
+                                       "--addrs", addrs, "--port", str(PORT_BASE + i),
+                                       "--size", str(j.size_kb * 1024), "--conns", str(j.connections),
+                                       "--select", "least-loaded" if j.connections > 1 else "one",
+                                       "--compute-ms", f"{j.compute_ms:g}", "--sports", ",".join(map(str, sports)),
+                                       "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
+                                       "--congestion", w.congestion, "--out", out]
+                              + (["--dscp", str(a["dscp"])] if a["dscp"] is not None else [])
+                              + (["--iterations", str(j.iterations)] if j.iterations else [])})
+        return procs
+
+    def done(self, procs):
+        """Every job ran its iterations (jobs without a count run for the duration)."""
+        jobs = [p for spec, p in procs if spec["role"] == "job"]
+        return bool(jobs) and all(p.poll() is not None for p in jobs)
+
+    def result(self, plan, run_dir):
+        w = plan.workload
+        per = {}
+        reports = []
+        for j in w.jobs:
+            reps = [json.loads(p.read_text()) for p in sorted(run_dir.glob(f"job-{j.name}-*.json"))]
+            if not reps:
+                continue
+            reports += reps
+            per[j.name] = job_figures(reps, j.compute_ms / 1000)
+        if not per:
+            return None
+        start = min(f["begin"] for f in per.values() if "begin" in f) if any("begin" in f for f in per.values()) else 0
+        for f in per.values():  # times since the first job's first iteration began: the timeline plot's axis
+            if "begin" in f:
+                f["ends_s"] = [round(t - start, 3) for t in f.pop("ends")]
+                f.pop("begin")
+        asg = getattr(plan, "assignment", None) or json.loads((run_dir / "assignment.json").read_text())
+        for name, a in asg["jobs"].items():
+            if name in per:
+                per[name].update({k: a[k] for k in ("intensity", "priority", "level", "queue", "dscp")})
+        return {"kind": "jobs", "policy": w.policy, "jobs": per, "cluster_gpu_util": cluster_util(per),
+                "assignment": asg, "congestion": congestion_of(reports)}
+
+    def aggregate(self, runs):
+        ws = [r["workload"] for r in runs if r.get("workload")]
+        if not ws:
+            return {}
+        names = list(ws[0]["jobs"])
+        jobs = {}
+        for n in names:
+            got = [w["jobs"][n] for w in ws if n in w["jobs"]]
+            jobs[n] = {"ranks": got[0]["ranks"], "compute_ms": got[0].get("compute_ms"),
+                       "gpu_util": _mmm([g["gpu_util"] for g in got]),
+                       "iterations": _mmm([g["iterations"] for g in got]),
+                       "iteration_ms": _mmm([g.get("iteration_ms", {}).get("median") for g in got]),
+                       "exposed_ms": _mmm([g.get("exposed_ms", {}).get("median") for g in got]),
+                       "intensity": _mmm([g.get("intensity") for g in got]),
+                       "level": got[0].get("level"), "dscp": got[0].get("dscp")}
+        return {"jobs": {"policy": ws[0]["policy"], "per_job": jobs,
+                         "cluster_gpu_util": _mmm([w["cluster_gpu_util"] for w in ws])}}
+
+    def summary_table(self, results):
+        rows = [("variant", "policy", "cluster GPU util", *(f"{n} util" for n in _job_names(results)))]
+        for name, v in results["variants"].items():
+            j = v.get("jobs")
+            if not j:
+                rows.append((name, "-", v.get("error", "no runs")))
+                continue
+            rows.append((name, j["policy"], _fmt(j["cluster_gpu_util"]),
+                         *(_fmt((j["per_job"].get(n) or {}).get("gpu_util")) for n in _job_names(results))))
+        width = max(len(r) for r in rows)
+        rows = [r + ("",) * (width - len(r)) for r in rows]
+        w = [max(len(str(r[i])) for r in rows) for i in range(width)]
+        out = [f"experiment {results['experiment']}: GPU utilisation (compute / wall time), min/median/max over "
+               f"{results['repetitions']} repetition(s); cluster = weighted by ranks"]
+        out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+        for name, v in results["variants"].items():
+            for n, f in ((v.get("jobs") or {}).get("per_job") or {}).items():
+                out.append(f"{name} / {n}: {f['ranks']} ranks, compute {f['compute_ms']:g} ms, iteration "
+                           f"{_fmt(f['iteration_ms'])} ms, exposed comm {_fmt(f['exposed_ms'])} ms, intensity "
+                           f"{_fmt(f['intensity'])}, level {f['level']}, dscp {f['dscp']} (medians per run)")
+        return "\n".join(out)
+
+    def plot(self, results, path):
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return None
+        vs = [(n, v) for n, v in results["variants"].items() if v.get("jobs")]
+        if not vs:
+            return None
+        fig, axes = plt.subplots(1 + len(vs), 1, figsize=(10, 3 + 2.2 * len(vs)), squeeze=False)
+        ax = axes[0][0]
+        names = sorted({n for _v, x in vs for n in x["jobs"]["per_job"]}) + ["cluster"]
+        width = 0.8 / len(vs)
+        for i, (vname, v) in enumerate(vs):
+            pj = v["jobs"]["per_job"]
+            vals = [(pj[n]["gpu_util"] if n in pj else None) for n in names[:-1]] + [v["jobs"]["cluster_gpu_util"]]
+            xs = [k + i * width for k in range(len(names))]
+            med = [d["median"] if d else 0 for d in vals]
+            err = [[(d["median"] - d["min"]) if d else 0 for d in vals], [(d["max"] - d["median"]) if d else 0 for d in vals]]
+            ax.bar(xs, med, width, yerr=err, capsize=2, label=vname)
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(names))], names)
+        ax.set_ylabel("GPU utilisation")
+        ax.set_title(f"{results['experiment']}: GPU utilisation per job and cluster (median, min-max bars)")
+        ax.legend(fontsize=7, ncol=3)
+        for i, (vname, v) in enumerate(vs):
+            ax = axes[i + 1][0]
+            run = next((r for r in v.get("runs", []) if r.get("workload")), None)
+            if run is None:
+                continue
+            for n, f in sorted(run["workload"]["jobs"].items()):
+                ends = f.get("ends_s") or []
+                ax.plot(ends[1:], [1000 * (b - a) for a, b in zip(ends, ends[1:])], marker=".", lw=1, label=n)
+            ax.set_ylabel("iteration ms")
+            ax.set_title(f"{vname}: iteration times, repetition 1", fontsize=9)
+            ax.legend(fontsize=7, ncol=4)
+        axes[-1][0].set_xlabel("s since the first job began")
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        return path
+
+    def raw_needed(self, raw):
+        return [raw / "pathmap.json"]
+
+
+def _job_names(results: dict) -> list[str]:
+    out: list[str] = []
+    for v in results["variants"].values():
+        for n in ((v.get("jobs") or {}).get("per_job") or {}):
+            if n not in out:
+                out.append(n)
+    return out
+
+
+def _fmt(d: dict | None) -> str:
+    if not d:
+        return "-"
+    return f"{d['min']:g}/{d['median']:g}/{d['max']:g}"
