@@ -491,13 +491,22 @@ class Lab:
         return fare.weights(self.runtime, self.cfgs, tor)
 
     def link_stats(self, node: str) -> dict[str, dict]:
-        """Per interface of a node: bytes sent, drops and queue backlog (bytes) right now."""
+        """Per interface of a node: bytes sent, drops and queue backlog (bytes) right now; a switch port with
+        priority queues (spec qos) also has ``queues``: the same three per queue (0: served first)."""
         import json as _json
 
+        from hpnlab.node.qos import queue_of_handle
+
         r = self.exec(node, "tc", "-s", "-j", "qdisc", "show", check=True)
-        have = {q["dev"]: q for q in _json.loads(r.stdout or "[]") if q.get("root")}
-        return {i: {k: have.get(i, {}).get(k, 0) for k in ("bytes", "drops", "backlog")}
-                for i in self._cfg(node).iface_names}
+        every = _json.loads(r.stdout or "[]")
+        have = {q["dev"]: q for q in every if q.get("root")}
+        out = {i: {k: have.get(i, {}).get(k, 0) for k in ("bytes", "drops", "backlog")}
+               for i in self._cfg(node).iface_names}
+        for q in every:
+            k = queue_of_handle(int(q.get("handle", "0:").split(":")[0] or "0", 16))
+            if q.get("kind") == "bfifo" and k is not None and q.get("dev") in out:
+                out[q["dev"]].setdefault("queues", {})[k] = {x: q.get(x, 0) for x in ("bytes", "drops", "backlog")}
+        return out
 
     def _cfg(self, node: str) -> NodeConfig:
         if node not in self.cfgs:

@@ -66,6 +66,15 @@ FEATURES: dict[str, Feature] = {f.key: f for f in (
     Feature("tbf", "tc qdisc tbf", "2.6",
             "spec links: (link capacity and port buffers)",
             "refused for a spec with links:"),
+    Feature("htb", "tc qdisc htb and bfifo", "2.6",
+            "spec qos (scheduler htb): priority queues on the switches' ports",
+            "refused for a spec with qos"),
+    Feature("prio", "tc qdisc prio (module sch_prio)", "2.6",
+            "spec qos.scheduler prio: strict-priority queues under a tbf",
+            "refused for qos.scheduler prio; htb works where the kernel has it"),
+    Feature("ets", "tc qdisc ets (module sch_ets)", "5.6",
+            "spec qos.scheduler ets: strict-priority queues under a tbf",
+            "refused for qos.scheduler ets; htb works where the kernel has it"),
     Feature("netem", "tc qdisc netem (module sch_netem)", "2.6",
             "hpnlab impair ... delay=",
             "impair delay= is refused; rate, queue and loss still work"),
@@ -119,6 +128,11 @@ PROBES = {
     "nft-egress": _nft_egress,
     "nft-ip6": _nft_ip6,
     "tbf": lambda: _qdisc("tbf", "rate", "1mbit", "burst", "4000", "limit", "10000"),
+    "htb": lambda: _in_scratch_netns(["sh", "-c", "tc qdisc add dev lo root handle 1: htb default 10 && "
+                                      "tc class add dev lo parent 1: classid 1:10 htb rate 1mbit && "
+                                      "tc qdisc add dev lo parent 1:10 handle 10: bfifo limit 10000"]),
+    "prio": lambda: _qdisc("prio", "bands", "2"),
+    "ets": lambda: _qdisc("ets", "bands", "2", "strict", "2"),
     "netem": lambda: _qdisc("netem", "delay", "0ms"),
     "bonding": _bonding,
     "rto-min": lambda: has_sysctl("net.ipv4.tcp_rto_min_us"),
@@ -197,6 +211,10 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) ->
                          f"(FRR 8.4's start timer); the fabric is the same")
     if not have.get("tbf", True) and any((spec.links.access, spec.links.uplink, spec.links.core)):
         refuse(f"spec field 'links' needs the tbf qdisc (sch_tbf), which {on} lacks; load it or remove 'links'")
+    if spec.qos is not None and not have.get(spec.qos.scheduler, True):
+        other = "remove 'qos'" if spec.qos.scheduler == "htb" else "use scheduler htb"
+        refuse(f"spec field 'qos.scheduler': '{spec.qos.scheduler}' needs the {spec.qos.scheduler} qdisc "
+               f"(sch_{spec.qos.scheduler}), which {on} lacks; load it or {other}")
     if not have.get("rto-min", True) and spec.tcp_rto_min_ms is not None:
         refuse(f"spec field 'tcp_rto_min_ms' needs net.ipv4.tcp_rto_min_us (Linux 6.11+), which {on} lacks; "
                f"use a newer kernel or remove it")

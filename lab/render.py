@@ -131,6 +131,8 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
         return base
     base.update({"asn": node.asn, "router_id": node.router_id, "sysctls": {**ROUTER_SYSCTLS, **hashing}, "bfd": spec.bfd.enabled,
                  "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] in plan.FABRIC_KINDS]})
+    if spec.qos is not None:  # every shaped port of the switch queues by class (hpnlab.node.qos)
+        base["qos"] = spec.qos.node_json()
     if node.role == "agg" and spec.multipath.mode != "ecmp":
         asn = {n.name: n.asn for n in topo.by_role("tor")}
         base["multipath"] = {"mode": spec.multipath.mode, "interval_s": spec.multipath.interval_s,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpnlab.errors import SpecError
 from hpnlab.paths import data_dir
+from hpnlab.qos import QoS
 
 VIRTUAL_MAC = "00:00:5e:00:01:01"
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
@@ -252,6 +253,8 @@ class Spec(_Strict):
     links: Links = Links()
     hash: Hash = Hash()
     multipath: Multipath = Multipath()
+    qos: QoS | None = Field(None, description=(
+        "priority queues on every shaped switch port and the DSCP -> queue map (below); left out: one FIFO per port"))
     holddown: HoldDown = HoldDown()
     micro_bfd: MicroBFD = MicroBFD()
     host_driver: Literal["auto", "userspace", "bond"] = Field("auto", description=(
@@ -296,6 +299,11 @@ class Spec(_Strict):
                                  "mechanisms.lacp: false would leave single-homed hosts: keep it true")
         if self.multipath.mode != "ecmp":
             self._check_fare()
+        links = self.links
+        if self.qos is not None and not (links.access or links.uplink or links.core or links.per_link):
+            # an unshaped veth sends at whatever the CPU gives it: nothing ever waits in a queue to be ordered
+            raise ValueError("qos needs shaped links to queue on: give links.uplink (or access, core), "
+                             "e.g. {rate_mbit: 20}")
         asns = [(self.asn.tor_base, self.asn.tor_base + self.tor_count() - 1),
                 (self.asn.agg_base, self.asn.agg_base + 1), (self.asn.core_base, self.asn.core_base + 1)]
         if asns[0][1] > 4294967295:

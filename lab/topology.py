@@ -109,7 +109,8 @@ class Topology:
 
         return {
             "name": self.name,
-            "spec": self.spec.model_dump(mode="json"),
+            # a spec without qos renders byte for byte as before the key existed
+            "spec": self.spec.model_dump(mode="json", exclude={"qos"} if self.spec.qos is None else None),
             "nodes": [node_dict(n) for n in self.nodes],
             "links": [{k: v for k, v in asdict(lk).items() if v is not None} for lk in self.links],
             "sets": [asdict(s) for s in self.sets],

@@ -11,7 +11,7 @@ import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from hpnlab import fare, vty
+from hpnlab import fare, qos, vty
 from hpnlab.errors import RuntimeFailure
 from hpnlab.models import NodeConfig
 from hpnlab.node import nsenter, reach, rtnl
@@ -75,7 +75,14 @@ def check_config(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
                 qd = {q["dev"]: q for q in json.loads(r.stdout or "[]") if q.get("root")}
             except ValueError:
                 qd = {}
-            for ifc, sh in shaped.items():
+            if qos.applies(c.plain()):
+                every = json.loads(r.stdout or "[]") if qd else []
+                for ifc, sh in shaped.items():
+                    problems += qos.port_problems(ifc, sh, c.qos, [q for q in every if q.get("dev") == ifc])
+                shaped_tbf = {}
+            else:
+                shaped_tbf = shaped
+            for ifc, sh in shaped_tbf.items():
                 q = qd.get(ifc, {})
                 opts = q.get("options", {})
                 # tc -j prints the rate in bytes/s and the queue as latency (us): limit = rate x lat + burst

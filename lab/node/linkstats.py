@@ -3,6 +3,8 @@
 One rtnetlink dump of the root qdiscs (RTM_GETQDISC) per sample gives, for every interface, the bytes
 and packets the qdisc sent, its drops, and its backlog in bytes: the queue a switch port would hold
 (the tbf of a shaped link). Interfaces without a qdisc of their own fall back to their byte counter.
+On a switch port with priority queues (spec qos, hpnlab.node.qos) the same dump gives each queue's bfifo:
+its bytes, drops and backlog are sampled too (``queues``, by queue number; queue 0 is served first).
 Run as ``python -m hpnlab.node.linkstats --ifaces a,b --interval 0.1 --duration D --out F``.
 """
 
@@ -14,6 +16,7 @@ import struct
 import sys
 import time
 
+from hpnlab.node.qos import queue_of_handle
 from hpnlab.node.reports import StopFlag, write_json
 
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
@@ -35,11 +38,13 @@ def _attrs(buf: bytes, off: int = 0):
 
 
 def parse_qdisc(payload: bytes) -> tuple[int, dict] | None:
-    """(ifindex, {kind, bytes, packets, drops, backlog, qlen}) of a root qdisc message; None otherwise."""
-    _fam, ifindex, _handle, parent, _info = TCMSG.unpack_from(payload)
-    if parent != TC_H_ROOT:
+    """(ifindex, {kind, bytes, packets, drops, backlog, qlen, queue}) of a root qdisc message (queue None) or
+    of a qos queue's leaf (queue: its number); None otherwise."""
+    _fam, ifindex, handle, parent, _info = TCMSG.unpack_from(payload)
+    queue = None if parent == TC_H_ROOT else queue_of_handle(handle >> 16)
+    if parent != TC_H_ROOT and queue is None:
         return None
-    out = {"kind": "", "bytes": 0, "packets": 0, "drops": 0, "backlog": 0, "qlen": 0}
+    out = {"kind": "", "bytes": 0, "packets": 0, "drops": 0, "backlog": 0, "qlen": 0, "queue": queue}
     for typ, val in _attrs(payload, TCMSG.size):
         if typ == TCA_KIND:
             out["kind"] = val.rstrip(b"\0").decode()
@@ -49,6 +54,8 @@ def parse_qdisc(payload: bytes) -> tuple[int, dict] | None:
                     out["bytes"], out["packets"] = struct.unpack_from("QI", sv)
                 elif st == TCA_STATS_QUEUE and len(sv) >= 20:
                     out["qlen"], out["backlog"], out["drops"], _rq, _ov = struct.unpack_from("IIIII", sv)
+    if queue is not None and out["kind"] != "bfifo":
+        return None  # a queue's leaf is a bfifo (hpnlab.node.qos); another qdisc with such a handle is not ours
     return ifindex, out
 
 
@@ -57,19 +64,23 @@ def dump(sock: socket.socket, seq: int) -> dict[int, dict]:
         TCMSG.pack(0, 0, 0, 0, 0)
     sock.send(req)
     out: dict[int, dict] = {}
+    queues: dict[int, dict[int, dict]] = {}  # ifindex -> queue -> its leaf (a dump may list it before the root)
     while True:
         data = sock.recv(1 << 16)
         off = 0
         while off + 16 <= len(data):
             ln, typ, _fl, _seq, _pid = struct.unpack_from("IHHII", data, off)
-            if ln < 16:
-                return out
-            if typ == NLMSG_DONE or typ == NLMSG_ERROR:
+            if ln < 16 or typ == NLMSG_DONE or typ == NLMSG_ERROR:
+                for i, qs in queues.items():
+                    if i in out:
+                        out[i]["queues"] = qs
                 return out
             if typ == RTM_NEWQDISC:
                 got = parse_qdisc(data[off + 16:off + ln])
-                if got:
+                if got and got[1]["queue"] is None:
                     out[got[0]] = got[1]
+                elif got:
+                    queues.setdefault(got[0], {})[got[1]["queue"]] = got[1]
             off += (ln + 3) & ~3
 
 
@@ -103,6 +114,11 @@ def sample(ifaces: list[str], interval: float, duration: float, start_at: float 
             series[n]["bytes"].append(s["bytes"] if s and s["kind"] not in ("noqueue", "") else tx_bytes(n))
             series[n]["backlog"].append(s["backlog"] if s else 0)
             series[n]["drops"].append(s["drops"] if s else 0)
+            for k, leaf in sorted((s or {}).get("queues", {}).items()):
+                qs = series[n].setdefault("queues", {}).setdefault(str(k), {"bytes": [], "backlog": [], "drops": []})
+                pad = len(times) - 1 - len(qs["bytes"])  # a queue first seen late: zeros before it
+                for key in ("bytes", "backlog", "drops"):
+                    qs[key] += [0] * pad + [leaf[key]]
         nxt += interval
         time.sleep(max(0.0, nxt - time.monotonic()))
     sock.close()

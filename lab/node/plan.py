@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hpnlab.node import qos
+
 # Every lab link's MTU, the same on every runtime: the namespace runtime creates its veths with it,
 # containerlab's topology sets it on each link (containerlab's own default is 9500), and a node sets it
 # on its interfaces at boot. tbf's bucket is sized from the frame it gives (burst_bytes).
@@ -122,6 +124,12 @@ def ip_batch(cfg: dict, driver: str = "userspace") -> list[str]:
 
 
 def nft_ruleset(cfg: dict) -> str | None:
+    """Every nftables table of the node: its mechanisms' (below) and a switch's DSCP -> queue map (qos)."""
+    parts = [r for r in (mechanism_ruleset(cfg), qos.nft_ruleset(cfg)) if r]
+    return "".join(parts) or None
+
+
+def mechanism_ruleset(cfg: dict) -> str | None:
     """Host ARP broadcast module: every ARP leaving one port of a NIC is copied out of the other.
 
     netdev egress + dup, with a mark so the copy is not copied back (tc mirred both ways loops). The same
@@ -218,9 +226,17 @@ def tbf_args(shape: dict) -> list[str]:
 
 
 def tc_batch(cfg: dict) -> list[str]:
-    """One ``tc -batch`` line per shaped interface of a node (replace: idempotent, also after impair)."""
-    return [" ".join(["qdisc", "replace", "dev", i["name"], "root", "handle", "1:", *tbf_args(i["shape"])])
-            for i in cfg["interfaces"] if i.get("shape")]
+    """One ``tc -batch`` line per shaped interface of a node (replace: idempotent, also after impair); a
+    switch with qos gets its queues on each instead (hpnlab.node.qos)."""
+    out = []
+    for i in cfg["interfaces"]:
+        if not i.get("shape"):
+            continue
+        if qos.applies(cfg):
+            out += qos.tc_lines(i["name"], i["shape"], cfg["qos"], burst_bytes(i["shape"]["rate_kbit"]), MTU_FRAME)
+        else:
+            out.append(" ".join(["qdisc", "replace", "dev", i["name"], "root", "handle", "1:", *tbf_args(i["shape"])]))
+    return out
 
 
 def bonding_available() -> bool:

@@ -3,10 +3,12 @@ that came up at a lower speed); the link stays up and keeps its queue. Reverted 
 
 Only a link with a capacity (links.<class> or links.per_link) can be degraded: a fraction of an
 unshaped veth is undefined. Under ``multipath.mode: fare`` the aggs see the new rate on their own
-port and re-weigh (hpnlab.node.fare), as a switch sees its port's speed."""
+port and re-weigh (hpnlab.node.fare), as a switch sees its port's speed. A switch port with priority
+queues (spec qos) keeps them: its htb (or its prio/ets's tbf) takes the lower rate, the queues stay."""
 
 from hpnlab.errors import SpecError
-from hpnlab.node.plan import tbf_args
+from hpnlab.node import qos
+from hpnlab.node.plan import MTU_FRAME, burst_bytes, tbf_args
 from hpnlab.traffic.faults.base import FaultKind, register
 
 
@@ -36,9 +38,19 @@ class Degrade(FaultKind):
     def apply(self, inj, f):
         for node, iface, shape in f.undo["ends"]:
             low = {**shape, "rate_kbit": max(1, round(shape["rate_kbit"] * f.params["fraction"]))}
-            inj.rt.run(node, ["tc", "qdisc", "replace", "dev", iface, "root", *tbf_args(low)],
-                       what=f"{node}: {iface} degraded")
+            for argv in port_argvs(inj.cfgs[node].plain(), iface, low):
+                inj.rt.run(node, argv, what=f"{node}: {iface} degraded")
 
     def revert(self, rt, d, cfgs):
         for node, iface, shape in d.get("undo", {}).get("ends", []):
-            rt.run(node, ["tc", "qdisc", "replace", "dev", iface, "root", *tbf_args(shape)], check=False)
+            for argv in port_argvs(cfgs[node].plain() if node in cfgs else {"role": "host"}, iface, shape):
+                rt.run(node, argv, check=False)
+
+
+def port_argvs(cfg: dict, iface: str, shape: dict) -> list[list[str]]:
+    """The tc commands that give one port ``shape``: a tbf, or on a switch with qos its queues' tree (the
+    plan's own lines, replace throughout: the classes and queues stay, their rates change)."""
+    if qos.applies(cfg):
+        return [["tc", *ln.split()] for ln in qos.tc_lines(iface, shape, cfg["qos"], burst_bytes(shape["rate_kbit"]),
+                                                           MTU_FRAME)]
+    return [["tc", "qdisc", "replace", "dev", iface, "root", *tbf_args(shape)]]
