@@ -104,11 +104,27 @@ def compare_cmd(args) -> int:
 
 
 # --- fail --------------------------------------------------------------------------------------------------
+def _fault_params(items: list[str]) -> dict[str, float]:
+    """['rate=1', 'both=1'] -> {"rate": 1.0, "both": 1.0}; faults.parse then names an unknown key."""
+    out = {}
+    for it in items:
+        key, sep, val = it.partition("=")
+        try:
+            out[key] = float(val)
+        except ValueError:
+            sep = ""
+        if not sep or not key:
+            raise SpecError(f"fail --param '{it[:40]}': give KEY=NUMBER, e.g. --param rate=1 (hpnlab fail --list "
+                            f"names each kind's keys)")
+    return out
+
+
 def fail_cmd(args) -> int:
     if args.list:
         for k, v in faults.KINDS.items():
             print(f"{k:<13} {v}")
         return 0
+    params = _fault_params(args.param or [])  # before the lab: a typo fails without one
     rt, cfgs = _lab(args)
     if args.clear:
         n = faults.revert_state(rt, cfgs)
@@ -117,6 +133,7 @@ def fail_cmd(args) -> int:
     if not args.kind or not args.node:
         raise SpecError("give a fault: hpnlab fail KIND NODE [IFACE] (hpnlab fail --list shows the kinds)")
     own = {"fraction": args.fraction} if args.fraction is not None else {}  # a kind's own parameters
+    own.update(params)
     f = faults.parse({"kind": args.kind, "node": args.node, "iface": args.iface, "period": args.period,
                       "count": args.count, **own}, "fault", cfgs)
     inj = faults.Injector(rt, cfgs)
@@ -272,7 +289,8 @@ def add_parsers(sub) -> None:
                        epilog="examples:\n  sudo hpnlab fail link-down s0h0 r0p0 --for 5\n"
                               "  sudo hpnlab fail hang s0r0a            (stays until: hpnlab fail --clear)\n"
                               "  sudo hpnlab fail link-flap s0h0 r0p0 --period 1 --count 5\n"
-                              "  sudo hpnlab fail degrade s0r0a agg0-1 --fraction 0.25 --for 30   (a shaped link)")
+                              "  sudo hpnlab fail degrade s0r0a agg0-1 --fraction 0.25 --for 30   (a shaped link)\n"
+                              "  sudo hpnlab fail silent-loss s0r0a agg0-0 --param rate=1 --for 30   (a gray failure)")
     f.add_argument("kind", nargs="?", help="the fault (--list shows every kind and what it does)")
     f.add_argument("node", nargs="?", help="the node it hits, e.g. s0h0 or s0r0a")
     f.add_argument("iface", nargs="?", help="for link faults (comma-separated for a multi-port cable)")
@@ -280,6 +298,8 @@ def add_parsers(sub) -> None:
     f.add_argument("--period", type=float, default=1.0, help="link-flap period (s)")
     f.add_argument("--count", type=int, default=3, help="link-flap count")
     f.add_argument("--fraction", type=float, help="degrade: the share of the link's capacity left (default 0.5)")
+    f.add_argument("--param", metavar="KEY=NUMBER", action="append",
+                   help="a kind's own parameter, repeatable, e.g. silent-loss --param rate=1 --param both=1")
     f.add_argument("--clear", action="store_true", help="revert every fault recorded for the lab")
     f.add_argument("--list", action="store_true", help="list fault kinds")
     f.add_argument("--lab", help="lab name (default: the only running lab)")

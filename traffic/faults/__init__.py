@@ -15,5 +15,5 @@ for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
 
 # the order `hpnlab fail --list` prints them in
 _ORDER = ["link-down", "link-flap", "one-way", "lacp-drop", "hang", "power-off", "bgp-shutdown", "arp-flush",
-          "dataplane-dead", "peer-link-down"]
+          "dataplane-dead", "peer-link-down", "degrade", "silent-loss", "bursty-loss", "corrupt", "silent-corrupt"]
 KINDS = {k: REGISTRY[k].help for k in _ORDER + [k for k in REGISTRY if k not in _ORDER]}
