@@ -63,6 +63,9 @@ FEATURES: dict[str, Feature] = {f.key: f for f in (
     Feature("nft-ip6", "nftables ip6 family (input and output hooks)", "3.13",
             "a ToR's Router Advertisements held while a lab of namespaces starts, so each BGP session opens once",
             "nothing is held: the lab comes up, some BGP sessions about a second later (FRR 8.4's start timer)"),
+    Feature("nft-dynset", "nftables set element delete from the packet path", "5.4",
+            "fault bursty-loss: the Gilbert-Elliott state, one set element per link end",
+            "bursty-loss uses netem's gemodel where the kernel has netem, else it is refused"),
     Feature("tbf", "tc qdisc tbf", "2.6",
             "spec links: (link capacity and port buffers)",
             "refused for a spec with links:"),
@@ -116,6 +119,14 @@ def _nft_ip6() -> bool:
                              "    type filter hook output priority 0; policy accept;\n  }\n}\n")
 
 
+def _nft_dynset() -> bool:
+    # what bursty-loss loads (hpnlab.traffic.faults.bursty_loss): a dynamic set added to and deleted from
+    return _in_scratch_netns(["nft", "-f", "-"], "table netdev hpnlab_probe {\n"
+                             "  set s {\n    type iface_index; flags dynamic; size 65535;\n  }\n  chain c {\n"
+                             '    type filter hook ingress device "lo" priority 0; policy accept;\n'
+                             "    meta iif @s delete @s { meta iif }\n    add @s { meta iif }\n  }\n}\n")
+
+
 def _bonding() -> bool:
     from hpnlab.node.plan import bonding_available
 
@@ -127,6 +138,7 @@ PROBES = {
     "hash-fields": lambda: has_sysctl("net.ipv4.fib_multipath_hash_fields"),
     "nft-egress": _nft_egress,
     "nft-ip6": _nft_ip6,
+    "nft-dynset": _nft_dynset,
     "tbf": lambda: _qdisc("tbf", "rate", "1mbit", "burst", "4000", "limit", "10000"),
     "htb": lambda: _in_scratch_netns(["sh", "-c", "tc qdisc add dev lo root handle 1: htb default 10 && "
                                       "tc class add dev lo parent 1: classid 1:10 htb rate 1mbit && "
