@@ -1,0 +1,101 @@
+"""Per-link loss from per-path loss (network tomography), and the suspect link with a confidence.
+
+Input: for each probed path, the directed links it crosses and how many probes it sent and lost in a
+window. A path's loss is at least the loss of each of its links, so the loss of a link is at most the
+lowest loss of the paths through it: a link on one clean path is cleared, however lossy its other paths
+(they owe their loss to another link). This is the bound NetBouncer's and 007's analyses start from;
+with every link on >= 2 paths (hpnlab.probeplan) a single lossy link is the only one whose every path
+loses.
+
+A link is a suspect when every path through it lost at least ``min_lost`` probes and its bound is at
+least ``min_loss``. Its confidence, 0..1, is the product of two shares:
+
+- explained: the share of the window's lost probes that went through it (1.0 when it alone explains the
+  losses; two lossy links split it);
+- significance: 1 - the chance that its least lossy path would lose that many probes from background loss
+  alone (``background``: the fault-free lab's own loss rate per probe, a binomial tail).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class PathStat:
+    links: list[str]
+    sent: int
+    lost: int
+
+    @property
+    def loss(self) -> float:
+        return self.lost / self.sent if self.sent else 0.0
+
+
+def binom_tail(n: int, p: float, k: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed in log space (n up to a few 10^5 probes)."""
+    if k <= 0:
+        return 1.0
+    if p <= 0:
+        return 0.0
+    if p >= 1:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    total = 0.0
+    for i in range(k, n + 1):
+        term = math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
+        total += term
+        if term < total * 1e-12 and i > n * p:
+            break
+    return min(1.0, total)
+
+
+def link_bounds(paths: list[PathStat]) -> dict[str, dict]:
+    """link -> {"loss": the lowest loss of its paths (the upper bound on its own), "paths", "sent", "lost"
+    (summed over its paths)}: every link's estimate, for the health table."""
+    out: dict[str, dict] = {}
+    for p in paths:
+        if not p.sent:
+            continue
+        for lk in set(p.links):
+            d = out.setdefault(lk, {"loss": 1.0, "paths": 0, "sent": 0, "lost": 0})
+            d["loss"] = min(d["loss"], round(p.loss, 5))
+            d["paths"] += 1
+            d["sent"] += p.sent
+            d["lost"] += p.lost
+    return out
+
+
+def suspects(paths: list[PathStat], min_lost: int = 3, min_loss: float = 0.0005, background: float = 1e-4,
+             min_paths: int = 2) -> list[dict]:
+    """The suspect links, most confident first: [{"link", "loss", "confidence", "explained",
+    "significance", "paths", "lost"}]. A link on fewer than ``min_paths`` paths is never named (one path
+    cannot tell its links apart).
+
+    Greedy, as a set cover: the most confident link is named, the paths through it count as explained,
+    and the rest are judged again without them. So a link whose every probed path also crosses a named
+    suspect is not named beside it (nothing is left for it to explain); two lossy links are both named."""
+    total_lost = sum(p.lost for p in paths)
+    left = [p for p in paths if p.sent]
+    out: list[dict] = []
+    while True:
+        best = None
+        for lk in sorted({lk for p in left for lk in p.links}):
+            through = [p for p in left if lk in p.links]
+            if len(through) < min_paths or any(p.lost < min_lost for p in through):
+                continue
+            weakest = min(through, key=lambda p: p.loss)
+            if weakest.loss < min_loss:
+                continue
+            significance = 1.0 - binom_tail(weakest.sent, background, weakest.lost)
+            explained = sum(p.lost for p in through) / total_lost if total_lost else 0.0
+            cand = {"link": lk, "loss": round(weakest.loss, 5), "confidence": round(explained * significance, 4),
+                    "explained": round(explained, 4), "significance": round(significance, 6),
+                    "paths": len(through), "lost": sum(p.lost for p in through)}
+            if best is None or (cand["confidence"], cand["loss"]) > (best["confidence"], best["loss"]):
+                best = cand
+        if best is None:
+            return out
+        out.append(best)
+        left = [p for p in left if best["link"] not in p.links]
