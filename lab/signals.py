@@ -71,3 +71,34 @@ def shielded(what: str = "rolling back") -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+class DeadlinePassed(BaseException):
+    """A step outlasted its deadline (``deadline()``). A BaseException, as KeyboardInterrupt is: no
+    ``except Exception`` on the way may swallow it; the caller's rollback is its handler."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"deadline of {seconds:g} s passed")
+        self.seconds = seconds
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise DeadlinePassed in the main thread once ``seconds`` have passed inside the block (SIGALRM, so
+    it lands in whatever the block waits for, a child process included: subprocess kills it). Outside the
+    main thread, or with a timer already set by someone else, it bounds nothing."""
+    if threading.current_thread() is not threading.main_thread() or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        yield
+        return
+
+    def fire(_signum, _frame):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        raise DeadlinePassed(seconds)
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

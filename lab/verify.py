@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from hpnlab import fare, qos, vty
@@ -412,13 +413,17 @@ STAGES = [("config", check_config), ("agents", check_agents), ("lacp", check_lac
 
 
 def run_stages(rt: Runtime, cfgs: dict[str, NodeConfig], names: list[str] | None = None,
-               stop_at_failure: bool = True, bgp_memo: PollMemo | None = None) -> list[tuple[str, list[dict]]]:
+               stop_at_failure: bool = True, bgp_memo: PollMemo | None = None,
+               deadline: float | None = None) -> list[tuple[str, list[dict]]]:
     """(stage, its checks) for the named stages (all by default), in STAGES' order; ``bgp_memo``: see
-    check_bgp (a poll loop's, never a final verdict's)."""
+    check_bgp (a poll loop's, never a final verdict's). No stage starts after ``deadline`` (monotonic):
+    a stage that began is run to its end, so a caller's bound is the deadline plus its longest stage."""
     out = []
     for stage, fn in STAGES:
         if names is not None and stage not in names:
             continue
+        if deadline is not None and time.monotonic() > deadline:
+            break
         res = fn(rt, cfgs, memo=bgp_memo) if fn is check_bgp and bgp_memo is not None else fn(rt, cfgs)
         out.append((stage, res))
         if stop_at_failure and not all(c["ok"] for c in res):

@@ -85,3 +85,40 @@ def test_the_poll_memo_is_one_per_wait_and_closed_at_the_end(fake, monkeypatch):
     s = fake({"bgp": [False]})  # never healthy: the deadline's verdict, and still closed
     checks = orchestrate.wait_healthy(None, {}, timeout=1, progress=lambda m: None)
     assert not all(c["ok"] for c in checks) and closed == [s.memos[0]]
+
+
+def _costly(monkeypatch, costs: dict[str, float], verdicts: dict[str, bool]) -> dict:
+    """Stages that each take `costs[name]` seconds of a fake clock and always return `verdicts[name]`."""
+    clock = {"t": 0.0}
+    monkeypatch.setattr(orchestrate.time, "monotonic", lambda: clock["t"])  # time is one module: verify's too
+    monkeypatch.setattr(orchestrate.time, "sleep", lambda d: clock.__setitem__("t", clock["t"] + d))
+
+    def stage(name):
+        def fn(rt, cfgs, memo=None):
+            clock["t"] += costs[name]
+            return [{"name": f"{name} x", "ok": verdicts[name], "detail": "scripted"}]
+        return fn
+    monkeypatch.setattr(verify, "STAGES", [(n, stage(n)) for n in costs])
+    monkeypatch.setattr(verify, "check_bgp", verify.STAGES[0][1])
+    return clock
+
+
+def test_the_timeout_is_a_bound_no_stage_starts_after_it_and_no_full_verify_follows(monkeypatch):
+    """Past the deadline the wait returns the last poll's checks: its bound is the timeout plus one stage
+    (a full verify after it cost as much again on a loaded segment: 651 s for a 400 s timeout)."""
+    clock = _costly(monkeypatch, {"config": 0.4, "bgp": 0.4, "reach": 0.4},
+                    {"config": True, "bgp": False, "reach": True})
+    checks = orchestrate.wait_healthy(None, {}, timeout=1.0, progress=lambda m: None)
+    assert clock["t"] <= 1.0 + 0.4 + 1e-9, clock
+    assert not verify.complete(checks)
+    deadline = [c for c in checks if c["name"] == "deadline"]
+    assert deadline and "reach" in deadline[0]["detail"] and not deadline[0]["ok"], checks
+
+
+def test_a_lab_whose_checks_all_passed_but_not_all_ran_by_the_deadline_is_not_healthy(monkeypatch):
+    clock = _costly(monkeypatch, {"config": 1.2, "bgp": 0.1, "reach": 0.1},
+                    {"config": True, "bgp": True, "reach": True})
+    checks = orchestrate.wait_healthy(None, {}, timeout=1.0, progress=lambda m: None)
+    assert clock["t"] == pytest.approx(1.2)
+    assert [c["name"] for c in checks] == ["config x", "deadline"] and not verify.complete(checks)
+    assert "bgp, reach" in checks[-1]["detail"]

@@ -234,7 +234,9 @@ def add_parsers(sub) -> None:
                    help="netns (default: network namespaces, no Docker), clab (containerlab + Docker, images "
                         "from 'hpnlab images build'; HPNLAB_CLAB_TIMEOUT bounds the deploy, default 600 s) or c9s "
                         "(Kubernetes with clabernetes through kubectl; HPNLAB_K8S_NAMESPACE, HPNLAB_C9S_TIMEOUT)")
-    u.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
+    u.add_argument("--timeout", type=float, default=90.0,
+                   help="seconds the lab has to come up healthy, its deploy included (with clab and c9s: after "
+                        "their deploy); past it up rolls back and exits 1 within a few seconds more (default 90)")
     u.add_argument("--keep", action="store_true", help="leave an unhealthy lab up for debugging")
     u.add_argument("--json", action="store_true", help="print the verify result as JSON")
     u.set_defaults(func=up)
