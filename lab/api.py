@@ -475,6 +475,14 @@ class Lab:
         return impair.apply(self.runtime, self.cfgs, node, iface,
                             impair.parse([f"{k}={v}" for k, v in settings.items()]))
 
+    def prober(self, **settings) -> "Any":
+        """The black-box prober (hpnlab.traffic.prober.Prober) for this lab, not yet started: ``with
+        lab.prober(rate=50) as p:`` plans its paths, probes, and judges until the block ends; ``p.events``
+        (suspected/confirmed links, timestamped), ``p.health()``, ``p.report()`` (rate, CPU)."""
+        from hpnlab.traffic.prober import Prober
+
+        return Prober(self.runtime, self.cfgs, self.workdir, **settings)
+
     def clear_impairments(self, node: str | None = None, iface: str | None = None) -> list[str]:
         from hpnlab.traffic import impair
 

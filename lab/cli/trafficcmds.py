@@ -103,6 +103,47 @@ def compare_cmd(args) -> int:
     return 0 if cmp.ok else 1
 
 
+# --- health ------------------------------------------------------------------------------------------------
+def health_cmd(args) -> int:
+    """Probe the running lab for --for seconds with the black-box prober; per link: its loss bound, how
+    many probed paths cross it; the suspects; with --isolate, the isolations made (and undone at the end)."""
+    from hpnlab.api import Lab
+    from hpnlab.traffic.isolation import Isolator
+
+    if not 2 <= args.hold <= 3600:
+        raise SpecError("health --for: give 2 to 3600 seconds")
+    lab = Lab.attach(resolve_lab(args.lab))
+    need_root("hpnlab health")
+    p = lab.prober(rate=args.rate)
+    plan = p.plan()
+    iso = Isolator(lab, p) if args.isolate else None
+    with shielded("stopping the prober"):
+        with p:
+            if iso:
+                with iso:
+                    time.sleep(args.hold)
+            else:
+                time.sleep(args.hold)
+    out = {"plan": plan, "links": p.health(), "events": p.events, "isolation": iso.log if iso else [],
+           "report": p.report()}
+    if args.json:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"{'link':<22} {'end':<16} {'loss<=':>7} {'paths':>5} {'sent':>7} {'lost':>5}  suspect")
+    for r in out["links"]:
+        print(f"{r['link']:<22} {r['node'] + ':' + r['iface']:<16} {100 * r['loss']:>6.2f}% {r['paths']:>5} "
+              f"{r['sent']:>7} {r['lost']:>5}  {'SUSPECT' if r['suspect'] else ''}")
+    for e in out["events"] + out["isolation"]:
+        what = e.get("event") or e.get("action")
+        print(f"{time.strftime('%H:%M:%S', time.localtime(e['t']))}.{int(e['t'] % 1 * 1000):03d} {what} {e['link']}"
+              + (f" confidence {e['confidence']}" if "confidence" in e else "") + (f" ({e['why']})" if e.get("why") else ""))
+    rep = out["report"]
+    print(f"prober: {rep['paths']} paths at {rep['rate_per_path']:g}/s, {rep['probes_per_s']:g} probes/s, node CPU "
+          f"{rep['node_cpu_s_per_s']:.3f} s/s; short of 2 paths: {', '.join(plan['short']) or 'none'}")
+    return 0
+
+
 # --- fail --------------------------------------------------------------------------------------------------
 def _fault_params(items: list[str]) -> dict[str, float]:
     """['rate=1', 'both=1'] -> {"rate": 1.0, "both": 1.0}; faults.parse then names an unknown key."""
@@ -304,6 +345,19 @@ def add_parsers(sub) -> None:
     f.add_argument("--list", action="store_true", help="list fault kinds")
     f.add_argument("--lab", help="lab name (default: the only running lab)")
     f.set_defaults(func=fail_cmd)
+
+    hl = sub.add_parser("health", help="black-box link health: probe every link, name a lossy one (--isolate: take it out)",
+                        description="Probe the running lab's access and ToR-agg links with the black-box prober for "
+                                    "--for seconds: paths chosen so every directed link lies on >= 2 of them, per-link "
+                                    "loss bounds from per-path loss, a suspect with a confidence. --isolate takes a "
+                                    "confirmed suspect out of service (guarded; put back at the end).",
+                        epilog="examples:\n  sudo hpnlab health --for 10\n  sudo hpnlab health --for 30 --isolate --json")
+    hl.add_argument("--for", dest="hold", type=float, default=10.0, help="seconds to probe (default 10)")
+    hl.add_argument("--rate", type=float, default=100.0, help="probes per second per path (default 100)")
+    hl.add_argument("--isolate", action="store_true", help="isolate a confirmed suspect (guarded), undone at the end")
+    hl.add_argument("--json", action="store_true", help="print JSON for scripts instead of the table")
+    hl.add_argument("--lab", help="lab name (default: the only running lab)")
+    hl.set_defaults(func=health_cmd, command="health")
 
     c = sub.add_parser("capture", help="write a pcap of one node interface (tcpdump inside the node)")
     c.add_argument("node", help="the node to capture in, e.g. s0r0a")

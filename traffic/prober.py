@@ -1,0 +1,238 @@
+"""The black-box prober: a lab service that probes the fabric continuously along paths chosen from the
+path map, infers per-link loss from per-path loss and names a suspect link with a confidence.
+
+- plan: one round of TTL probes per host NIC (hpnlab.node.craft paths, the kernel's own hash) to every
+  NIC the aggs lead to (other segments, and other rails of its own: those paths split an uplink from
+  the downlink it shares every same-rail path with); hpnlab.probeplan chooses the paths so every
+  directed access and fabric link lies on >= ``cover`` of them;
+- probe: one node program per host (hpnlab.node.prober) sends its paths' probes at ``rate`` per path and
+  counts what it receives, in JSON lines;
+- judge: every ``step_s`` the last ``window_s`` seconds of every path (once ``grace_s`` old: every probe of
+  them has arrived or is lost) go through hpnlab.tomography; a link named the top suspect with at least
+  ``min_confidence`` in ``confirm`` judgements in a row is confirmed (an event in the log, with time).
+
+Its cost is reported (``report()``): probes per second, the node programs' CPU seconds per second and the
+judging's. Traffic goes only between the lab's own host addresses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from hpnlab import probeplan, tomography
+from hpnlab.errors import SpecError
+from hpnlab.traffic.nodetools import craft
+
+# the defaults: 100 probes/s per path and a 5 s window give a path 500 probes, so a 1 % loss shows as ~5
+# lost per path per window, and 2 lost on every path of a link is ~1e-6 likely from a 1e-4 background
+DEFAULTS = {"rate": 100.0, "sports": 16, "cover": 2, "window_s": 5.0, "step_s": 0.5, "grace_s": 1.0,
+            "bucket_s": 0.5, "min_lost": 2, "min_loss": 0.002, "background": 1e-4, "min_confidence": 0.9,
+            "confirm": 2, "port": 9450}
+
+
+def link_end(cfgs: dict, lk: str) -> tuple[str, str]:
+    """'s0r0a>agg0-0' -> ('s0r0a', 'agg0-0'): the sending node and its interface toward the other."""
+    a, b = lk.split(">")
+    return a, next(i.name for i in cfgs[a].interfaces if i.peer == b)
+
+
+class Prober:
+    def __init__(self, rt, cfgs: dict, workdir: Path, **settings):
+        bad = sorted(set(settings) - set(DEFAULTS))
+        if bad:
+            raise SpecError(f"prober.{bad[0]}: unknown setting; use {', '.join(DEFAULTS)}")
+        self.s = {**DEFAULTS, **settings}
+        if not 0 < self.s["rate"] <= 2000:
+            raise SpecError("prober.rate: give probes per second per path, above 0 and at most 2000")
+        self.rt, self.cfgs = rt, cfgs
+        self.dir = Path(workdir) / "prober"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.rows: list[dict] = []
+        self.coverage: dict[str, int] = {}
+        self.procs: dict[str, object] = {}
+        self.events: list[dict] = []
+        self.judgements: list[dict] = []
+        self._counts: dict[tuple[int, int], list[int]] = {}  # (path, bucket) -> [sent, received]
+        self._cpu: dict[str, tuple[float, float]] = {}  # host -> (first, last) cpu_s
+        self._offsets: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._streak: tuple[str | None, int] = (None, 0)
+        self._judge_cpu = 0.0
+        self.started = self.stopped = None
+
+    # --- plan ---------------------------------------------------------------------------------------------
+    def _hosts(self) -> list[str]:
+        return sorted(n for n, c in self.cfgs.items() if c.role == "host")
+
+    def _map_one(self, host: str, nic) -> list[dict]:
+        """One host NIC's path map to every NIC the aggs lead to (another segment or another rail)."""
+        tors = set(nic.tors)
+        dsts = {n.ip: (h, n) for h in self._hosts() for n in self.cfgs[h].nics if h != host and not tors & set(n.tors)}
+        dsts |= {n.ip: (host, n) for n in self.cfgs[host].nics if n.rail != nic.rail}
+        sports = list(range(20000, 20000 + int(self.s["sports"])))
+        res = craft(self.rt, host, ["paths", "--src", nic.ip, "--dst", ",".join(dsts), "--gateway", nic.gateway,
+                                    "--sports", ",".join(map(str, sports)), "--ifaces", ",".join(nic.ports),
+                                    "--dport", str(self.s["port"]), "--ttls", "1,2,3"], timeout=120)
+        by_dst = res.get("by_dst") or {next(iter(dsts)): res["paths"]}
+        loop = {c.router_id: n for n, c in self.cfgs.items() if c.role != "host"}
+        port_tor = dict(zip(nic.ports, nic.tors))
+        rows = []
+        for dip, (dst, dn) in dsts.items():
+            for sp in sports:
+                h = by_dst.get(dip, {}).get(str(sp), {})
+                port = h.get("tor", {}).get("iface")
+                far = [loop.get(a, a) for a in h.get("hops", [])]
+                rows.append({"src": host, "dst": dst, "src_ip": nic.ip, "dst_ip": dip, "sport": sp, "port": port,
+                             "tor": port_tor.get(port, "?"), "agg": far[0] if far else "?",
+                             "dst_tor": far[1] if len(far) > 1 else "?"})
+        return rows
+
+    def plan(self) -> dict:
+        """Probe the path map and choose the paths; returns {"paths", "candidates", "short", "alike"}."""
+        jobs = [(h, n) for h in self._hosts() for n in self.cfgs[h].nics]
+        with ThreadPoolExecutor(max_workers=4) as ex:
+            rows = [r for part in ex.map(lambda j: self._map_one(*j), jobs) for r in part]
+        want = probeplan.fabric_links(self.cfgs)
+        chosen, self.coverage = probeplan.choose(rows, int(self.s["cover"]), want)
+        self.rows = [{**r, "id": i} for i, r in enumerate(chosen)]
+        (self.dir / "paths.json").write_text(json.dumps(self.rows, indent=1))
+        return {"paths": len(self.rows), "candidates": len(probeplan.complete(rows)),
+                "short": probeplan.short(self.coverage, int(self.s["cover"])),
+                "alike": probeplan.alike(chosen, want)}
+
+    # --- run ----------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self.rows:
+            self.plan()
+        for h in self._hosts():
+            mine = [{k: r[k] for k in ("id", "src_ip", "sport", "dst_ip")} for r in self.rows if r["src"] == h]
+            (self.dir / f"{h}.paths.json").write_text(json.dumps(mine))
+            out = self.dir / f"{h}.jsonl"
+            out.write_text("")
+            argv = [sys.executable, "-m", "hpnlab.node.prober", "--paths", str(self.dir / f"{h}.paths.json"),
+                    "--listen", ",".join(n.ip for n in self.cfgs[h].nics), "--port", str(self.s["port"]),
+                    "--rate", str(self.s["rate"]), "--out", str(out), "--bucket", str(self.s["bucket_s"])]
+            full = self.rt.exec_argv(h, argv)
+            import subprocess
+
+            with open(self.dir / f"{h}.log", "a") as lg:
+                self.procs[h] = subprocess.Popen(full, stdout=lg, stderr=lg, stdin=subprocess.DEVNULL,
+                                                 start_new_session=True)
+        self.started = time.time()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        for p in self.procs.values():  # ours, by PID (their own sessions)
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=5)
+            except Exception:
+                p.kill()
+        self.stopped = time.time()
+        self._read()
+        (self.dir / "events.json").write_text(json.dumps({"events": self.events, "report": self.report()}, indent=1))
+
+    def __enter__(self) -> "Prober":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- judge --------------------------------------------------------------------------------------------
+    def _read(self) -> None:
+        for h in self.procs:
+            path = self.dir / f"{h}.jsonl"
+            try:
+                with open(path) as fh:
+                    fh.seek(self._offsets.get(h, 0))
+                    data = fh.read()
+            except OSError:
+                continue
+            done = data.rfind("\n") + 1  # a half-written last line waits for the next read
+            self._offsets[h] = self._offsets.get(h, 0) + done
+            for line in data[:done].splitlines():
+                d = json.loads(line)
+                first = self._cpu.get(h, (d["cpu_s"], d["cpu_s"]))[0]
+                self._cpu[h] = (first, d["cpu_s"])
+                for i, (col, key) in enumerate((("sent", 0), ("recv", 1))):
+                    for pid, bk in d[col].items():
+                        for b, n in bk.items():
+                            self._counts.setdefault((int(pid), int(b)), [0, 0])[key] += n
+
+    def window(self, now: float | None = None) -> list[tomography.PathStat]:
+        now = now or time.time()
+        w = self.s["bucket_s"]
+        hi = int((now - self.s["grace_s"]) // w)  # buckets before this are complete
+        lo = hi - max(1, round(self.s["window_s"] / w))
+        stats = {r["id"]: [0, 0] for r in self.rows}
+        for (pid, b), (sent, got) in self._counts.items():
+            if lo <= b < hi and pid in stats:
+                stats[pid][0] += sent
+                stats[pid][1] += min(got, sent)
+        return [tomography.PathStat(probeplan.links_of(r), stats[r["id"]][0], stats[r["id"]][0] - stats[r["id"]][1])
+                for r in self.rows]
+
+    def judge(self, now: float | None = None) -> list[dict]:
+        c0 = time.thread_time()
+        now = now or time.time()
+        sus = tomography.suspects(self.window(now), int(self.s["min_lost"]), self.s["min_loss"],
+                                  self.s["background"])
+        self.judgements.append({"t": round(now, 3), "suspects": sus[:3]})
+        del self.judgements[:-200]
+        top = sus[0] if sus and sus[0]["confidence"] >= self.s["min_confidence"] else None
+        if top and not any(e["link"] == top["link"] and e["event"] == "suspected" for e in self.events[-20:]):
+            self._event("suspected", top, now)
+        link, n = self._streak
+        n = n + 1 if top and top["link"] == link else (1 if top else 0)
+        self._streak = (top["link"] if top else None, n)
+        if top and n == int(self.s["confirm"]):
+            self._event("confirmed", top, now)
+        self._judge_cpu += time.thread_time() - c0
+        return sus
+
+    def _event(self, what: str, s: dict, now: float) -> None:
+        node, ifc = link_end(self.cfgs, s["link"])
+        self.events.append({"t": round(now, 3), "event": what, "link": s["link"], "node": node, "iface": ifc,
+                            "loss": s["loss"], "confidence": s["confidence"]})
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.s["step_s"]):
+            self._read()
+            if time.time() - self.started > self.s["grace_s"] + self.s["bucket_s"]:
+                self.judge()
+
+    # --- what it says ---------------------------------------------------------------------------------------
+    def confirmed(self) -> list[dict]:
+        return [e for e in self.events if e["event"] == "confirmed"]
+
+    def health(self) -> list[dict]:
+        """Every probed link over the last window: its loss bound, paths, probes; the current suspects."""
+        bounds = tomography.link_bounds(self.window())
+        named = {s["link"] for j in self.judgements[-1:] for s in j["suspects"]}
+        return [{"link": lk, "node": link_end(self.cfgs, lk)[0], "iface": link_end(self.cfgs, lk)[1],
+                 "loss": d["loss"], "paths": d["paths"], "sent": d["sent"], "lost": d["lost"],
+                 "suspect": lk in named} for lk, d in sorted(bounds.items())]
+
+    def report(self) -> dict:
+        end = self.stopped or time.time()
+        span = max(1e-9, end - (self.started or end))
+        cpu = sum(last - first for first, last in self._cpu.values())
+        sent = sum(v[0] for v in self._counts.values())
+        return {"paths": len(self.rows), "rate_per_path": self.s["rate"], "probes_per_s": round(sent / span, 1),
+                "probe_bytes_per_s": round(sent * 64 / span), "node_cpu_s_per_s": round(cpu / span, 4),
+                "judge_cpu_s_per_s": round(self._judge_cpu / span, 4), "span_s": round(span, 2),
+                "min_cover": min(self.coverage.values()) if self.coverage else 0}
