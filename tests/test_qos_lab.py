@@ -1,0 +1,110 @@
+"""Switch QoS on a real lab: two TCP flows marked with different DSCPs through one shaped ToR port (two
+senders, one receiver, 20 Mbit/s access links). While both send, the higher class's queue carries >= 80 %
+of what the port sends; when the higher flow stops, the lower one takes the port. The queues' bytes are
+the port's per-queue counters (hpnlab.Lab.link_stats), read while the flows run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from tests.lib.labs import _need_lab_machine, leftovers
+
+pytestmark = pytest.mark.root
+
+NAME = "qosl"
+RATE_MBIT = 20
+HIGH, LOW = 46, 10  # ef -> queue 0, af11 -> queue 1
+SPEC = {"name": NAME, "segments": 1, "hosts_per_segment": 3, "rails": 1, "access": "single-tor", "tier2": "clos",
+        "aggs_per_plane": 1, "links": {"access": {"rate_mbit": RATE_MBIT, "queue_kb": 64}},
+        "qos": {"queues": 2, "dscp": {HIGH: 0, LOW: 1}}}
+
+
+def _flow(lab, tmp, src: str, dst: str, port: int, dscp: int) -> tuple:
+    """A receiver on dst:port and one sender from src, both ends marked; (receiver, sender) processes."""
+    py, ip = sys.executable, lab.host_ip(dst)
+    rx = lab.spawn(dst, [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip, "--port", str(port),
+                         "--duration", "40", "--dscp", str(dscp), "--out", str(tmp / f"rx-{port}.json")],
+                   tmp / f"rx-{port}.log")
+    time.sleep(0.3)  # the receiver binds
+    tx = lab.spawn(src, [py, "-m", "hpnlab.node.elephant", "send", "--src", lab.host_ip(src), "--port", str(port),
+                         "--flows", f"{ip}:{41000 + port % 100}", "--size", str(400 << 20), "--duration", "30",
+                         "--dscp", str(dscp), "--out", str(tmp / f"tx-{port}.json")], tmp / f"tx-{port}.log")
+    return rx, tx
+
+
+def _queues(lab, tor: str, port: str) -> tuple[float, dict[int, int]]:
+    q = lab.link_stats(tor)[port]["queues"]
+    return time.monotonic(), {k: v["bytes"] for k, v in q.items()}
+
+
+def _rates(a, b) -> dict[int, float]:
+    """Mbit/s per queue between two readings."""
+    dt = b[0] - a[0]
+    return {k: (b[1][k] - a[1][k]) * 8 / dt / 1e6 for k in a[1]}
+
+
+def _wait_moving(lab, tor, port, queue: int, moving: bool, timeout: float = 10.0) -> None:
+    """Poll until the queue's bytes grow (moving) or stop growing for 0.5 s (not moving)."""
+    deadline = time.monotonic() + timeout
+    last = _queues(lab, tor, port)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _queues(lab, tor, port)
+        grew = now[1][queue] > last[1][queue]
+        if grew == moving:
+            return
+        last = now
+    raise AssertionError(f"{tor}:{port} queue {queue} {'never carried' if moving else 'kept carrying'} bytes "
+                         f"within {timeout:g} s")
+
+
+def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path):
+    _need_lab_machine()
+    import hpnlab
+
+    procs = []
+    t_start = time.monotonic()
+    with hpnlab.Lab.up(SPEC) as lab:
+        try:
+            rcv = "s0h2"
+            tor = lab.cfgs[rcv].nics[0].tors[0]
+            port = next(hp.iface for hp in lab.cfgs[tor].host_ports if hp.host == rcv)
+            assert lab.link_stats(tor)[port]["queues"].keys() == {0, 1}  # the queues are on the port
+            low = _flow(lab, tmp_path, "s0h1", rcv, 5302, LOW)
+            procs += low
+            _wait_moving(lab, tor, port, 1, True)
+            high = _flow(lab, tmp_path, "s0h0", rcv, 5301, HIGH)
+            procs += high
+            _wait_moving(lab, tor, port, 0, True)
+            time.sleep(1.0)  # the high flow's slow start is over
+            a = _queues(lab, tor, port)
+            time.sleep(3.0)
+            both = _rates(a, _queues(lab, tor, port))
+            high[1].send_signal(signal.SIGTERM)  # the higher class pauses: its sender stops
+            high[1].wait(timeout=10)
+            _wait_moving(lab, tor, port, 0, False)
+            c = _queues(lab, tor, port)
+            time.sleep(2.0)
+            alone = _rates(c, _queues(lab, tor, port))
+            drops = {k: v["drops"] for k, v in lab.link_stats(tor)[port]["queues"].items()}
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGTERM)  # our own processes, each in its own session
+            for p in procs:
+                p.wait(timeout=10)
+        total = sum(both.values())
+        print(f"both sending: queue 0 {both[0]:.2f} Mbit/s, queue 1 {both[1]:.2f} Mbit/s "
+              f"(high share {both[0] / total:.3f}); high stopped: queue 1 {alone[1]:.2f} Mbit/s; drops {drops}; "
+              f"{time.monotonic() - t_start:.1f} s")
+        # both flows are there, and the port runs near its rate (a noisy 2-core machine: half of it at least)
+        assert total > 0.5 * RATE_MBIT and both[1] > 0
+        assert both[0] / total >= 0.8, f"the higher class had {both[0] / total:.1%} of the port"
+        # the lower class gets the port when the higher one stops: at least half of the rate
+        assert alone[1] > 0.5 * RATE_MBIT and alone[0] < 0.05 * RATE_MBIT
+    assert leftovers(NAME) == []
