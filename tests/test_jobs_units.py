@@ -98,6 +98,24 @@ def test_priority_policies_refuse_a_lab_without_switch_queues(tmp_path):
         assert _plan(tmp_path, policy).workload.policy == policy
 
 
+@pytest.mark.parametrize("qos,msg", [
+    ("{queues: 1}", "workload.queues: 2 levels, but the spec's qos has 1 queues"),
+    ("{queues: 2, default_queue: 0, dscp: {cs5: 0}}", "maps no DSCP to queue 1"),
+])
+def test_priority_policies_need_a_dscp_for_every_level(tmp_path, qos, msg):
+    p = tmp_path / "x.yml"
+    p.write_text(f"name: x\nspec: {REPO}/examples/load-balance.yml\n"
+                 f"workload: {{kind: jobs, policy: crux, jobs: [{HEAVY}, {CHATTY}]}}\n"
+                 f"variants: [{{name: a, spec: {{aggs_per_plane: 1, links: {{uplink: {{rate_mbit: 10}}}}, qos: {qos}}}}}]\n")
+    with pytest.raises(SpecError) as e:
+        experiment.load(p)
+    assert msg in str(e.value) and "\n" not in str(e.value)
+    p.write_text(p.read_text().replace(f"qos: {qos}", "qos: {queues: 2, dscp: {cs5: 0}}"))
+    plan = experiment.load(p).plans[0]
+    x = jobsmod.inputs(plan.workload, plan.cfgs, _rows(plan), 1000, plan.spec)
+    assert x.dscps == [40, 0]  # queue 1 is the default: its jobs go unmarked
+
+
 def _rows(plan):
     """A synthetic path map: every connection's pair, 8 source ports alternating between the planes."""
     out = []
