@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import zlib
 
-from hpnlab.node.plan import burst_bytes, tbf_args, tc_batch  # noqa: F401 (re-exported: the plan lives with the node)
+from hpnlab.node import qos
+from hpnlab.node.plan import MTU_FRAME, burst_bytes, tbf_args, tc_batch  # noqa: F401 (re-exported: the plan lives with the node)
 
 SHARED_SEED = zlib.crc32(b"hpnlab shared switch seed")  # one ASIC model: every switch hashes alike
 # Switches hash with policy 3 (custom fields), not 1. Why: with policy 1 a router takes an skb's existing
@@ -76,3 +77,13 @@ def parse_rate(text: str) -> int:
     if not 1 <= kbit <= 100_000_000 or v != v:
         raise ValueError(f"'{text}' is out of range; give 1kbit to 100gbit")
     return kbit
+
+
+def port_argvs(cfg: dict, iface: str, shape: dict) -> list[list[str]]:
+    """The tc commands that give one port of a running lab ``shape`` (node.json ``cfg``): a tbf, or on a switch
+    with qos its queues' tree (the plan's own lines; replace throughout, so on a port that has the queues
+    they stay and only the rates change)."""
+    if qos.applies(cfg):
+        return [["tc", *ln.split()] for ln in qos.tc_lines(iface, shape, cfg["qos"], burst_bytes(shape["rate_kbit"]),
+                                                           MTU_FRAME)]
+    return [["tc", "qdisc", "replace", "dev", iface, "root", "handle", "1:", *tbf_args(shape)]]

@@ -171,3 +171,23 @@ def test_the_sampler_reads_each_queue_s_bytes_drops_and_backlog():
     assert root == (3, {"kind": "htb", "bytes": 900, "packets": 10, "drops": 5, "backlog": 3000, "qlen": 1, "queue": None})
     assert leaf[1]["queue"] == 1 and (leaf[1]["bytes"], leaf[1]["drops"], leaf[1]["backlog"]) == (400, 2, 1514)
     assert other is None  # prio/ets's band qdisc is not a queue: its bands' bfifos are
+
+
+def test_degrade_and_impair_s_restore_keep_a_port_s_queues():
+    """A degraded port's queues take the lower rate and stay; what restores a port (degrade's revert,
+    impair's clear) builds the same tree as the plan."""
+    from hpnlab import capacity
+    from hpnlab.traffic.faults import degrade
+
+    cfg = node_configs(spec(qos={"queues": 2}))["agg0-0"].plain()
+    ifc = cfg["interfaces"][0]
+    low = {**ifc["shape"], "rate_kbit": 5000}
+    argvs = capacity.port_argvs(cfg, ifc["name"], low)
+    assert argvs[0][:3] == ["tc", "qdisc", "replace"] and "htb" in argvs[0]
+    assert any("5000kbit" in a and "1:10" in a for a in argvs) and sum("bfifo" in a for a in argvs) == 2
+    assert [" ".join(a[1:]) for a in capacity.port_argvs(cfg, ifc["name"], ifc["shape"])] == \
+        [ln for ln in plan.tc_batch(cfg) if f" dev {ifc['name']} " in ln]
+    host = node_configs(spec(qos={"queues": 2}))["s0h0"].plain()
+    assert capacity.port_argvs(host, "r0p0", low) == [["tc", "qdisc", "replace", "dev", "r0p0", "root", "handle", "1:",
+                                                        *plan.tbf_args(low)]]
+    assert degrade.port_argvs is capacity.port_argvs

@@ -136,11 +136,11 @@ def netem_available(rt: Runtime, node: str) -> bool:
 
 
 def restore(rt: Runtime, cfgs: dict, node: str, iface: str) -> None:
-    """What the spec says for this link end: its tbf (or no qdisc), no loss table."""
+    """What the spec says for this link end: its tbf, a switch's qos queues (or no qdisc), no loss table."""
     ifc = _iface(cfgs, node, iface)
     if ifc.shape:
-        rt.run(node, ["tc", "qdisc", "replace", "dev", iface, "root", "handle", "1:",
-                      *capacity.tbf_args(ifc.shape)], check=False)
+        for argv in capacity.port_argvs(cfgs[node].plain(), iface, ifc.shape):
+            rt.run(node, argv, check=False)
     else:
         rt.run(node, ["tc", "qdisc", "del", "dev", iface, "root"], check=False)
     rt.run(node, ["nft", "delete", "table", "netdev", table(iface)], check=False)

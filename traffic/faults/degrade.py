@@ -7,8 +7,7 @@ port and re-weigh (hpnlab.node.fare), as a switch sees its port's speed. A switc
 queues (spec qos) keeps them: its htb (or its prio/ets's tbf) takes the lower rate, the queues stay."""
 
 from hpnlab.errors import SpecError
-from hpnlab.node import qos
-from hpnlab.node.plan import MTU_FRAME, burst_bytes, tbf_args
+from hpnlab.capacity import port_argvs
 from hpnlab.traffic.faults.base import FaultKind, register
 
 
@@ -46,11 +45,3 @@ class Degrade(FaultKind):
             for argv in port_argvs(cfgs[node].plain() if node in cfgs else {"role": "host"}, iface, shape):
                 rt.run(node, argv, check=False)
 
-
-def port_argvs(cfg: dict, iface: str, shape: dict) -> list[list[str]]:
-    """The tc commands that give one port ``shape``: a tbf, or on a switch with qos its queues' tree (the
-    plan's own lines, replace throughout: the classes and queues stay, their rates change)."""
-    if qos.applies(cfg):
-        return [["tc", *ln.split()] for ln in qos.tc_lines(iface, shape, cfg["qos"], burst_bytes(shape["rate_kbit"]),
-                                                           MTU_FRAME)]
-    return [["tc", "qdisc", "replace", "dev", iface, "root", *tbf_args(shape)]]
