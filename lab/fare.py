@@ -27,7 +27,7 @@ TOLERANCE = 0.02
 
 
 def enabled(cfgs: dict[str, NodeConfig]) -> bool:
-    return any(c.multipath for c in cfgs.values())
+    return any(c.multipath for c in cfgs.values() if c.role == "agg")  # a spraying ToR carries one too
 
 
 def agg_rates(rt: Runtime, cfgs: dict[str, NodeConfig]) -> dict[str, dict[str, int]]:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from hpnlab.errors import HpnlabError
 from hpnlab.node.plan import OPTIONAL_SYSCTLS
+from hpnlab.spec import SPRAY_MODES
 
 PROC_SYS = Path("/proc/sys")
 
@@ -84,6 +85,12 @@ FEATURES: dict[str, Feature] = {f.key: f for f in (
     Feature("rto-min", "sysctl net.ipv4.tcp_rto_min_us", "6.11",
             "spec tcp_rto_min_ms: the hosts' TCP minimum retransmission timeout, per namespace",
             "refused for a spec with tcp_rto_min_ms"),
+    Feature("nft-spray", "nftables numgen and fwmark policy routing (ip rule fwmark)", "4.9",
+            "multipath.mode spray: each packet's next hop chosen by a numgen mark and a routing table per next hop",
+            "refused for multipath.mode spray"),
+    Feature("tcp-reordering", "sysctl net.ipv4.tcp_reordering, per namespace", "4.6",
+            "spec tcp_reordering: the hosts' TCP reorder tolerance",
+            "refused for a spec with tcp_reordering"),
     Feature("bonding", "bonding driver, 802.3ad (module bonding)", "2.6",
             "host_driver auto/bond: the hosts' kernel LACP bond",
             "host_driver auto uses the userspace LACP host agent; bond is refused"),
@@ -119,6 +126,13 @@ def _nft_ip6() -> bool:
                              "    type filter hook output priority 0; policy accept;\n  }\n}\n")
 
 
+def _nft_spray() -> bool:
+    """A numgen mark as multipath.mode spray sets it, and a fwmark rule, in a scratch namespace."""
+    rules = ("table ip hpnlab_probe {\n  chain c {\n    type filter hook prerouting priority mangle; policy accept;\n"
+             "    meta mark set numgen inc mod 2 map { 0 : 0x101, 1 : 0x102 }\n  }\n}\n")
+    return _in_scratch_netns(["sh", "-c", 'nft -f - && ip rule add fwmark 0x101 lookup 101'], rules)
+
+
 def _nft_dynset() -> bool:
     # what bursty-loss loads (hpnlab.traffic.faults.bursty_loss): a dynamic set added to and deleted from
     return _in_scratch_netns(["nft", "-f", "-"], "table netdev hpnlab_probe {\n"
@@ -148,6 +162,8 @@ PROBES = {
     "netem": lambda: _qdisc("netem", "delay", "0ms"),
     "bonding": _bonding,
     "rto-min": lambda: has_sysctl("net.ipv4.tcp_rto_min_us"),
+    "nft-spray": _nft_spray,
+    "tcp-reordering": lambda: has_sysctl("net.ipv4.tcp_reordering"),
 }
 
 
@@ -230,6 +246,13 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) ->
     if not have.get("rto-min", True) and spec.tcp_rto_min_ms is not None:
         refuse(f"spec field 'tcp_rto_min_ms' needs net.ipv4.tcp_rto_min_us (Linux 6.11+), which {on} lacks; "
                f"use a newer kernel or remove it")
+    mode = spec.multipath.mode
+    if not have.get("nft-spray", True) and mode in SPRAY_MODES:
+        refuse(f"spec field 'multipath.mode': '{mode}' needs nftables numgen and fwmark policy routing, which {on} "
+               f"lacks (or nft/ip cannot use them); use mode ecmp or a kernel with nf_tables and CONFIG_IP_MULTIPLE_TABLES")
+    if not have.get("tcp-reordering", True) and spec.tcp_reordering is not None:
+        refuse(f"spec field 'tcp_reordering' needs net.ipv4.tcp_reordering per namespace (Linux 4.6+), which {on} "
+               f"lacks; use a newer kernel or remove it")
     if not have.get("bonding", True) and spec.host_driver == "bond":
         refuse(f"spec field 'host_driver': 'bond' needs kernel bonding, which {on} lacks; use 'auto' or "
                f"'userspace' (the userspace LACP host agent)")

@@ -82,7 +82,7 @@ class NodeConfig(_Model):
     micro_bfd: dict[str, Any] | None = None  # hosts and ToRs
     stacked: dict[str, Any] | None = None  # ToRs of a stacked pair: role, peer, timeouts
     qos: dict[str, Any] | None = None  # switches of a spec with qos: its queues (hpnlab.qos.QoS.node_json)
-    multipath: dict[str, Any] | None = None  # aggs with FARE: mode, interval_s, tors {port: the ToR's ASN}
+    multipath: dict[str, Any] | None = None  # aggs with FARE: mode, interval_s, tors {port: the ToR's ASN}; spraying ToRs: mode, uplinks
 
     @property
     def iface_names(self) -> list[str]:

@@ -17,6 +17,7 @@ from hpnlab.errors import SpecError
 from hpnlab.node import fare, plan
 from hpnlab.paths import data_dir
 from hpnlab.picture import fabric_svg
+from hpnlab.spec import FARE_MODES, SPRAY_MODES
 from hpnlab.topology import IFNAMSIZ, Link, Node, Topology, check_interface_names, summary
 
 TEMPLATES = data_dir("templates")
@@ -84,7 +85,7 @@ def per_link_rates(topo: Topology) -> dict[tuple[str, str], float]:
             raise SpecError(f"spec field 'links.per_link.{i}': {r.node}:{r.iface} is a {lk.kind} link; "
                             f"give an access, uplink or core link")
         mode = topo.spec.multipath.mode
-        if mode != "ecmp" and lk.kind == "uplink" and not 1 <= r.rate_mbit <= 25600:
+        if mode in FARE_MODES and lk.kind == "uplink" and not 1 <= r.rate_mbit <= 25600:
             # FARE carries an uplink's rate in BGP: FRR 8.4's 'set extcommunity bandwidth' takes 1..25600 Mbit/s
             raise SpecError(f"spec field 'links.per_link.{i}.rate_mbit': {r.rate_mbit:g} with multipath.mode "
                             f"'{mode}': an uplink's rate is carried in BGP as 1..25600 Mbit/s (FRR 8.4)")
@@ -120,7 +121,9 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
             same_rail[st.rail].append(st.subnet)
         # A transport that waits longer before it re-sends (spec tcp_rto_min_ms) stalls longer on each loss.
         rto = {"net.ipv4.tcp_rto_min_us": spec.tcp_rto_min_ms * 1000} if spec.tcp_rto_min_ms else {}
-        base["sysctls"] = {**HOST_SYSCTLS, **hashing, **rto}
+        # A receiver that tolerates reordering (spec tcp_reordering) does not take a sprayed packet for a loss.
+        reorder = {"net.ipv4.tcp_reordering": spec.tcp_reordering} if spec.tcp_reordering else {}
+        base["sysctls"] = {**HOST_SYSCTLS, **hashing, **rto, **reorder}
         base["micro_bfd"] = spec.micro_bfd.model_dump()
         base["driver"] = spec.host_driver
         base["lacp"] = {"system_priority": 65535, "key": 1, "fast_rate": lacp.fast_rate}
@@ -133,9 +136,18 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
                  "fabric_ifaces": [i["name"] for i in ifaces if i["kind"] in plan.FABRIC_KINDS]})
     if spec.qos is not None:  # every shaped port of the switch queues by class (hpnlab.node.qos)
         base["qos"] = spec.qos.node_json()
-    if node.role == "agg" and spec.multipath.mode != "ecmp":
+    if node.role == "tor" and spec.multipath.mode in SPRAY_MODES:
+        base["multipath"] = {"mode": spec.multipath.mode,
+                             "uplinks": sorted(i["name"] for i in ifaces if i["kind"] == "uplink"),
+                             **({"flowlet_gap_ms": spec.multipath.flowlet_gap_ms} if spec.multipath.mode == "flowlet"
+                                else {}),
+                             **({"dlb_interval_ms": spec.multipath.dlb_interval_ms} if spec.multipath.mode == "dlb"
+                                else {})}
+    elif node.role == "agg" and spec.multipath.mode in FARE_MODES:
         asn = {n.name: n.asn for n in topo.by_role("tor")}
-        base["multipath"] = {"mode": spec.multipath.mode, "interval_s": spec.multipath.interval_s,
+        # spray-weighted's aggs advertise FARE's static capacities (the ToRs spray by the weights they make)
+        mode = "fare" if spec.multipath.mode == "spray-weighted" else spec.multipath.mode
+        base["multipath"] = {"mode": mode, "interval_s": spec.multipath.interval_s,
                              "tors": {i["name"]: asn[i["peer"]] for i in ifaces if i["peer"] in asn}}
     if node.role == "tor":
         host_ip = {(h.name, nic.rail): nic.ip for h in topo.by_role("host") for nic in h.nics}
@@ -197,7 +209,7 @@ def render(topo: Topology) -> dict[str, str]:
 
 def fare_config(cfg: dict) -> dict | None:
     """An agg's FARE route-maps at start-up, from its ports' rates (the agent keeps them current)."""
-    if not cfg.get("multipath"):
+    if cfg["role"] != "agg" or not cfg.get("multipath"):  # a spraying ToR's multipath is not FARE's
         return None
     caps = fare.capacities(cfg)
     return {"lines": fare.config_lines(cfg, fare.bandwidths(cfg, caps, caps)), "neighbors": fare.neighbor_lines(cfg)}

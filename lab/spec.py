@@ -205,11 +205,36 @@ class Multipath(_Strict):
     carried as the BGP link-bandwidth extended community that each agg sets per destination ToR and that
     bgpd turns into kernel nexthop weights; the aggs re-weigh when a link's capacity changes.
     ``fare-adaptive``: the same with the available capacity (capacity minus the load each agg measures on
-    its links), recomputed every ``interval_s``."""
+    its links), recomputed every ``interval_s``.
+    ``spray``: every packet a ToR forwards from its hosts takes the next of its equal-cost next hops in turn
+    (nftables numgen marks, one routing table per next hop that the ToR's agent keeps in step with what
+    bgpd installs); the receiver sees reordering, which the hosts' ``tcp_reordering`` lets TCP absorb.
+    ``spray-weighted``: spraying in proportion to FARE's weights: the aggs advertise FARE's capacities as in
+    ``fare``, and each ToR gives a destination's uplinks its packets in the shares of the nexthop weights
+    bgpd installed for it (one numgen map per destination prefix, rewritten when the weights change).
+    ``flowlet``: a ToR picks the next uplink in turn per flowlet: a flow's packets stay on one uplink while
+    they follow each other closer than ``flowlet_gap_ms`` (nftables sets with that timeout, refreshed by
+    every packet), and a gap longer than that lets the next packet take another.
+    ``dlb``: per packet, in shares that follow each uplink's measured queue: every ``dlb_interval_ms`` the
+    ToR's agent reads its uplinks' backlogs (the tbf's, rtnetlink) and gives each uplink a share of
+    capacity x (1 - backlog / queue limit), rewriting the numgen map (AIPod's dynamic load balancing in the
+    ToR's software)."""
 
-    mode: Literal["ecmp", "fare", "fare-adaptive"] = Field("ecmp", description="ecmp, fare or fare-adaptive (above)")
+    mode: Literal["ecmp", "fare", "fare-adaptive", "spray", "spray-weighted", "flowlet", "dlb"] = Field(
+        "ecmp", description="ecmp, fare, fare-adaptive, spray, spray-weighted, flowlet or dlb (above)")
+    flowlet_gap_ms: float = Field(4.0, ge=1, le=10000, description=(
+        "flowlet: the idle gap that ends a flowlet, ms at the lab's rates (the kernel counts set timeouts in "
+        "jiffies: 4 ms at HZ=250); a gap is a queueing-delay difference, and delays scale with 1/link rate, so "
+        "a production gap of g us at 400 Gbit/s is g x 400000 / uplink rate_mbit us here"))
+    dlb_interval_ms: int = Field(50, ge=5, le=10000, description=(
+        "dlb: how often each ToR's agent reads its uplinks' queues (and rewrites the shares when one moved by "
+        "2 of its 20 slots or more: each rewrite is an nft process, ~10 ms of a core)"))
     interval_s: float = Field(1.0, ge=0.2, le=60, description=(
         "how often each agg reads its links' capacity (and, fare-adaptive, their load) and re-weighs"))
+
+
+SPRAY_MODES = ("spray", "spray-weighted", "flowlet", "dlb")  # a ToR chooses a path per packet (or flowlet)
+FARE_MODES = ("fare", "fare-adaptive", "spray-weighted")  # the modes whose aggs advertise FARE's bandwidths
 
 
 class Hash(_Strict):
@@ -264,6 +289,10 @@ class Spec(_Strict):
         "the hosts' TCP minimum retransmission timeout, ms (sysctl net.ipv4.tcp_rto_min_us; default: the "
         "kernel's 200 ms); a RoCE NIC's counterpart is its queue pairs' ACK timeout (NCCL_IB_TIMEOUT: 4.096 us "
         "x 2^18 = 1.07 s)"))
+    tcp_reordering: int | None = Field(None, ge=3, le=300, description=(
+        "the hosts' TCP reordering threshold, packets (sysctl net.ipv4.tcp_reordering; default: the kernel's "
+        "3): how far out of order a segment may arrive before TCP takes it as lost, the hosts' reorder "
+        "tolerance under multipath.mode spray (a RoCE NIC's counterpart: marking packets reorder-tolerant)"))
 
     @field_validator("name")
     @classmethod
@@ -317,6 +346,10 @@ class Spec(_Strict):
 
     def _check_fare(self) -> None:
         mode = self.multipath.mode
+        if mode in SPRAY_MODES:
+            self._check_spray()
+        if mode not in FARE_MODES:
+            return
         if self.tier3 is not None:
             raise ValueError(f"multipath.mode '{mode}' weighs two-tier paths (ToR-agg-ToR); remove tier3 or use "
                              f"mode ecmp")
@@ -329,6 +362,17 @@ class Spec(_Strict):
         if not 1 <= rate <= 25600:
             raise ValueError(f"links.uplink.rate_mbit {rate:g}: with multipath.mode '{mode}' uplink rates are "
                              f"carried in BGP as 1..25600 Mbit/s (FRR 8.4); scale the lab's rates into that range")
+
+    def _check_spray(self) -> None:
+        mode = self.multipath.mode
+        if self.tier3 is not None:
+            # the ToRs spray over their uplinks; with cores the aggs would hash again, half a spray
+            raise ValueError(f"multipath.mode '{mode}' sprays a ToR's packets over its aggs (two tiers); remove "
+                             f"tier3 or use mode ecmp")
+        if self.links.offloads:
+            # with offloads a packet is a ~64 KB GSO skb: the spray would move ~45 frames at a time
+            raise ValueError(f"links.offloads true: multipath.mode '{mode}' chooses a path per packet, which "
+                             f"must be an MTU frame; set links.offloads false")
 
     # Derived sizes (pure, used by validation and the topology builder).
     @property

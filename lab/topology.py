@@ -102,6 +102,14 @@ class Topology:
     def bgp_sessions(self) -> int:
         return sum(1 for lk in self.links if lk.kind in ("uplink", "core"))
 
+    def _new_keys_unused(self) -> dict:
+        out: dict = {k: True for k in ("qos", "tcp_reordering") if getattr(self.spec, k) is None}
+        mode = self.spec.multipath.mode
+        unused = [k for k, m in (("flowlet_gap_ms", "flowlet"), ("dlb_interval_ms", "dlb")) if mode != m]
+        if unused:
+            out["multipath"] = {k: True for k in unused}
+        return out
+
     def to_dict(self) -> dict:
         def node_dict(n: Node) -> dict:
             d = {k: v for k, v in asdict(n).items() if v is not None and v != []}
@@ -109,8 +117,9 @@ class Topology:
 
         return {
             "name": self.name,
-            # a spec without qos renders byte for byte as before the key existed
-            "spec": self.spec.model_dump(mode="json", exclude={"qos"} if self.spec.qos is None else None),
+            # a spec without qos (or tcp_reordering, or a flowlet or dlb mode) renders byte for byte as before
+            # the keys existed
+            "spec": self.spec.model_dump(mode="json", exclude=self._new_keys_unused() or None),
             "nodes": [node_dict(n) for n in self.nodes],
             "links": [{k: v for k, v in asdict(lk).items() if v is not None} for lk in self.links],
             "sets": [asdict(s) for s in self.sets],

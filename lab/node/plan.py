@@ -22,6 +22,9 @@ MTU_FRAME = MTU + 14  # with the Ethernet header
 ARP_DUP_MARK = 0x4850  # "HP": set on the original and the copy so neither is duplicated again
 NFT_TABLE = "hpnlab"
 RA_HOLD_TABLE = "hpnlab_ra_hold"  # a ToR's Router Advertisements, held back while the lab starts
+SPRAY_NFT_TABLE = "hpnlab_spray"  # multipath.mode spray: a ToR's per-packet marks
+SPRAY_TABLE = 101  # uplink k's routing table and fwmark: SPRAY_TABLE + k (hpnlab.node.spray.table_of)
+SPRAY_RULE_PREF = 110  # its rule: after table 10's (pref 100)
 FABRIC_KINDS = ("uplink", "core")  # a router's interfaces with a BGP unnumbered session
 # Sysctls a plan sets that older kernels lack -> the feature (hpnlab.kernel) that brings them: a node
 # leaves them out where its kernel has no such file, and says so.
@@ -101,6 +104,7 @@ def ip_batch(cfg: dict, driver: str = "userspace") -> list[str]:
             # The set's subnet, originated in BGP by both ToRs of the set; the blackhole only catches
             # unknown hosts. A kernel route (zebra imports it) instead of a static one: no staticd.
             lines.append(f"route replace blackhole {cfg['subnet']}")
+            lines += spray_rules(cfg)
         return lines
     for nic in cfg["nics"]:
         if driver == "bond":
@@ -123,6 +127,39 @@ def ip_batch(cfg: dict, driver: str = "userspace") -> list[str]:
     return lines
 
 
+def spray_uplinks(cfg: dict) -> list[str]:
+    """A spraying ToR's uplinks, in the order of their marks and tables (none: the ToR hashes)."""
+    mp = cfg.get("multipath") or {}
+    return list(mp.get("uplinks") or []) if cfg["role"] == "tor" else []
+
+
+def spray_rules(cfg: dict) -> list[str]:
+    """A spraying ToR's policy rules: a packet marked for uplink k looks up uplink k's table (after table 10,
+    so the ToR's own hosts are reached directly; hpnlab.node.spray fills the tables)."""
+    return [f"rule add pref {SPRAY_RULE_PREF + k} fwmark {SPRAY_TABLE + k} lookup {SPRAY_TABLE + k}"
+            for k in range(len(spray_uplinks(cfg)))]
+
+
+def spray_ruleset(cfg: dict) -> str | None:
+    """A spraying ToR marks each packet from its hosts for the next uplink in turn (numgen: one counter per
+    rule, so consecutive packets of a flow alternate). Prerouting at mangle priority: before the route
+    lookup that reads the mark."""
+    ups = spray_uplinks(cfg)
+    if not ups:
+        return None
+    from hpnlab.node.spray import flowlet_lines, spray_rule  # the keeper rewrites the chain with the same rules
+
+    ports = [hp["iface"] for hp in cfg["host_ports"]]
+    mp = cfg["multipath"]
+    if mp["mode"] == "flowlet":
+        sets, rules = flowlet_lines(ports, len(ups), mp["flowlet_gap_ms"])
+    else:
+        sets, rules = [], [spray_rule(ports, [1] * len(ups))]
+    return (f"table ip {SPRAY_NFT_TABLE} {{\n" + "".join(f"  {x}\n" for x in sets) + "  chain spray {\n"
+            "    type filter hook prerouting priority mangle; policy accept;\n"
+            + "".join(f"    {r}\n" for r in rules) + "  }\n}\n")
+
+
 def nft_ruleset(cfg: dict) -> str | None:
     """Every nftables table of the node: its mechanisms' (below) and a switch's DSCP -> queue map (qos)."""
     parts = [r for r in (mechanism_ruleset(cfg), qos.nft_ruleset(cfg)) if r]
@@ -138,6 +175,8 @@ def mechanism_ruleset(cfg: dict) -> str | None:
     share one MAC, so the bond's layer-2 hash sends them all out of one port) reaches one ToR only, and
     the other ToR of the set never learns, or soon forgets, its hosts' /32s.
     """
+    if cfg["role"] == "tor":
+        return spray_ruleset(cfg)
     if cfg["role"] != "host" or not cfg["mechanisms"]["arp_duplication"]:
         return None
     out = [f"table netdev {NFT_TABLE} {{"]

@@ -13,7 +13,7 @@ import ipaddress
 import socket
 import time
 
-from hpnlab.node import lacp, microbfd, rtnl, stack
+from hpnlab.node import lacp, microbfd, rtnl, spray, stack
 from hpnlab.node.agent import (agent_main, apply_carriers, CarrierEvents, KernelWriter, LacpDriver, StatusFile,
                                iface_mac, log, wait)
 from hpnlab.node.rtnl import (RT_SCOPE_LINK, RTM_DELNEIGH, RTM_DELROUTE, RTM_NEWNEIGH, RTM_NEWROUTE, RTMGRP_IPV4_ROUTE,
@@ -192,6 +192,8 @@ class TorAgent:
         self.status = StatusFile(status)
         self.changes = 0
         self.carrier_events = CarrierEvents()
+        # multipath.mode spray: the per-uplink tables follow the main table (hpnlab.node.spray)
+        self.spray = spray.Keeper(cfg) if (cfg.get("multipath") or {}).get("mode") in spray.MODES else None
 
     # --- state -----------------------------------------------------------------------------------
     def port_ok(self, iface: str) -> bool:
@@ -380,7 +382,8 @@ class TorAgent:
                 "holddown": self.hold.status(now),
                 "host_routes": dict(sorted(self.installed.items())), "neighbours": dict(sorted(self.neigh.items())),
                 "changes": self.changes, "mechanisms": self.mech,
-                **({"stack": self.pair.status(now)} if self.pair else {})}
+                **({"stack": self.pair.status(now)} if self.pair else {}),
+                **({"spray": self.spray.status()} if self.spray else {})}
 
     def stack_step(self, now: float) -> None:
         """Send heartbeat and sync, apply the §4.1 rule: a secondary that must shut takes its host ports
@@ -402,6 +405,8 @@ class TorAgent:
     def run(self) -> None:
         now = time.monotonic()
         self.resync(now)
+        if self.spray:
+            self.spray.start()
         nl = self.nl.fileno()
         last_status = last_resync = last_alive = now
         log(f"tor agent up: {len(self.ports)} host ports, lacp={'on' if self.mech['lacp'] else 'off'}, "
