@@ -23,7 +23,7 @@ from hpnlab.proc import kill_pids
 from hpnlab.progress import Progress, as_progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import measure, nodebytes, report, routemon, timeline, workloads
+from hpnlab.traffic import measure, nodebytes, reorder, report, routemon, timeline, workloads
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
@@ -77,6 +77,9 @@ class Repetition:
     def _run(self) -> dict:
         self.monitors = routemon.watch(self.lab.runtime, self.lab.routers, self.dir)
         self.lab.spare({p.pid for _n, p in self.monitors})
+        # every host's TCP counters before and after: the run's retransmissions and reordering (read before
+        # t0 is set, so the reads never eat into the processes' start slack)
+        tcp_before = reorder.read_hosts(self.lab.runtime, self.lab.hosts)
         t0 = time.time() + START_SLACK + workloads.get(self.plan.workload.kind).lead(self.plan.workload)
         plan = launch_plan(self.plan, self.dir, t0, self.duration)
         moments, nodes = nodebytes.plan_moments(self.plan.faults, self.plan.cfgs, t0, self.duration)
@@ -125,6 +128,8 @@ class Repetition:
                 raise RuntimeFailure(f"{spec['role']} on {spec['node']} exited {p.returncode}; "
                                      f"see {self.dir / 'processes.log'}")
         time.sleep(0.3)  # let the route monitors print the repair
+        (self.dir / "tcpstats.json").write_text(json.dumps(
+            {"before": tcp_before, "after": reorder.read_hosts(self.lab.runtime, self.lab.hosts)}))
         if self.counters is not None:
             (self.dir / "nodebytes.json").write_text(json.dumps(self.counters.stop()))
         return {"t0": t0, "duration": self.duration, "timeline": self.timeline, "procs": plan}
@@ -168,8 +173,10 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
     agents, agent_events = (_json_or_empty(run_dir / f) for f in ("timers.json", "agent-events.json"))
     meter = lateness.meter_of(senders, agents, lateness.load_cpu(run_dir / "cpu.json"),
                               lateness.load_tasks(run_dir / "cpu.json"))
-    return report.repetition_result(rep, plan, streams, senders, receivers, events, workload, meter, agent_events,
-                                    _json_or_empty(run_dir / "nodebytes.json"))
+    res = report.repetition_result(rep, plan, streams, senders, receivers, events, workload, meter, agent_events,
+                                   _json_or_empty(run_dir / "nodebytes.json"))
+    tcp = reorder.of_run(_json_or_empty(run_dir / "tcpstats.json"))  # none in a run from before it was read
+    return {**res, "tcp": tcp} if tcp else res
 
 
 def _json_or_empty(path: Path) -> dict:
@@ -311,6 +318,9 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
                 progress(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
                 lab.down(progress)
     v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+    tcp = reorder.aggregate(v["runs"])
+    if tcp:
+        v["tcp"] = tcp
     v["congestion"] = congestion_record(plan, v["runs"])
     v.update(kind.aggregate(v["runs"]))
 
@@ -329,6 +339,7 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
         png, table = report.plot(results, out / "plot.png"), report.summary_table(results)
         table = "\n".join([table, *(line for name, v in results["variants"].items()
                                     for line in workloads.get(workload_of(v)).summary_lines(name, v))])
+    table = "\n".join([table, *reorder.summary_lines(results)])  # none for a run before tcpstats were read
     (out / "summary.txt").write_text(table + "\n")
     if timeline.plot(results, out / "timeline.png") is None:  # nothing converged, or no matplotlib
         (out / "timeline.png").unlink(missing_ok=True)  # not an earlier run's picture beside these results
@@ -393,6 +404,9 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
             runs.append(collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir))
         v["runs"] = runs
         v["faults"] = report.aggregate(runs) if runs else []
+        tcp = reorder.aggregate(runs)
+        if tcp:
+            v["tcp"] = tcp
         v.update(workloads.get(plan.workload.kind).reanalyse(v, out / "raw" / plan.name, plan, runs))
         if isinstance(v.get("congestion"), dict):  # what the run asked for, even if the file changed since
             v["congestion"] = congestion_record(plan, runs, v["congestion"].get("requested"))  # (older: none)
