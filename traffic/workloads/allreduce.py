@@ -10,6 +10,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from hpnlab.errors import SpecError
+from hpnlab.traffic import rings
+from hpnlab.traffic.measure import summarise
 from hpnlab.traffic.workloads.base import (WorkloadKind, WorkloadParams, check_hosts, congestion_of, dscp_args, recovered_at,
                                             register)
 
@@ -23,6 +26,17 @@ class AllReduceParams(WorkloadParams):
     timeout_s: float | None = Field(None, gt=0, le=3600, description=(
         "collective timeout: a rank whose all-reduce (one iteration) has not completed this many seconds after "
         "it began aborts and the job is dead, as with NCCL's or gloo's timeout (default: none, it waits)"))
+    order: Literal["listed", "topology", "interleaved", "random"] = Field("listed", description=(
+        "the ring's order: listed (hosts as given, else by name), topology (each ToR set's hosts together: "
+        "one ring edge per set crosses the agg tier), interleaved (neighbours in different sets), random "
+        "(shuffled with seed)"))
+    seed: int = Field(1, ge=0, description="the shuffle's seed of order random (the same ring every repetition)")
+    rails: list[int] | None = Field(None, min_length=1, description=(
+        "concurrent rings, one per listed rail, each reducing size_kb / len(rails) (the paper's Multi-AllReduce); "
+        "an iteration ends when every rail's ring has done it (default: one ring on workload.rail)"))
+    fabric_bytes: bool = Field(False, description=(
+        "sample every ToR's uplinks (hpnlab.node.linkstats, every 0.5 s) and report the bytes that crossed the "
+        "agg tier per iteration against the ring's 2(n-1)/n x size per crossing edge"))
 
 
 @register
@@ -35,32 +49,78 @@ class AllReduce(WorkloadKind):
 
     def check(self, w, spec, cfgs, where):
         check_hosts(f"{where} workload.hosts", list(w.hosts or []), cfgs, w.rail)
+        for r in w.rails or []:
+            check_hosts(f"{where} workload.rails", list(w.hosts or []), cfgs, r)
+            if r >= spec.rails:
+                raise SpecError(f"{where} workload.rails: rail {r} is not a rail of this lab (rails 0..{spec.rails - 1})")
+        if w.rails and len(set(w.rails)) != len(w.rails):
+            raise SpecError(f"{where} workload.rails: a rail is listed twice ({w.rails})")
+
+    def rings(self, plan) -> dict[int, list[str]]:
+        """rail -> its ring's hosts in rank order (one ring unless workload.rails lists several)."""
+        w = plan.workload
+        out = {}
+        for rail in w.rails or [w.rail]:
+            hosts = plan.ring()
+            out[rail] = rings.order_ring(hosts, {h: plan.cfgs[h].nic(rail).subnet for h in hosts}, w.order, w.seed)
+        return out
 
     def launch(self, plan, run_dir, t0, duration):
         w = plan.workload
-        ring = plan.ring()
-        addrs = ",".join(plan.host_ip(h, w.rail) for h in ring)
+        multi = w.rails is not None
+        size = w.size_kb * 1024 // (len(w.rails) if multi else 1)
         procs = []
-        for rank, h in enumerate(ring):
-            out = str(run_dir / f"allreduce-{rank}.json")
-            procs.append({"role": "allreduce", "node": h, "out": out,
-                          "argv": [sys.executable, "-m", "hpnlab.node.allreduce", "--rank", str(rank), "--addrs", addrs,
-                                   "--size", str(w.size_kb * 1024), "--conns", str(w.connections),
-                                   "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
-                                   "--congestion", w.congestion, "--out", out]
-                          + (["--timeout", f"{w.timeout_s:g}"] if w.timeout_s is not None else []) + dscp_args(w)})
+        for k, (rail, ring) in enumerate(self.rings(plan).items()):
+            addrs = ",".join(plan.host_ip(h, rail) for h in ring)
+            for rank, h in enumerate(ring):
+                # one ring: the files and ports as before; several: each rail's own files and port
+                out = str(run_dir / (f"allreduce-r{rail}-{rank}.json" if multi else f"allreduce-{rank}.json"))
+                procs.append({"role": "allreduce", "node": h, "out": out,
+                              "argv": [sys.executable, "-m", "hpnlab.node.allreduce", "--rank", str(rank), "--addrs", addrs,
+                                       "--size", str(size), "--conns", str(w.connections),
+                                       "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
+                                       "--congestion", w.congestion, "--out", out]
+                              + (["--port", str(RAIL_PORT + 10 * k)] if multi else [])
+                              + (["--timeout", f"{w.timeout_s:g}"] if w.timeout_s is not None else []) + dscp_args(w)})
+        if w.fabric_bytes:
+            for n, c in sorted(plan.cfgs.items()):
+                if c.role == "tor":
+                    out = str(run_dir / f"linkstats-{n}.json")
+                    procs.append({"role": "linkstats", "node": n, "out": out,
+                                  "argv": [sys.executable, "-m", "hpnlab.node.linkstats", "--ifaces", ",".join(uplinks_of(c)),
+                                           "--interval", "0.5", "--duration", f"{duration:g}", "--start-at",
+                                           f"{t0:.3f}", "--out", out]})
         return procs
 
     def result(self, plan, run_dir):
         reps = [json.loads(p.read_text()) for p in sorted(run_dir.glob("allreduce-*.json"))]
         if not reps:
             return None
+        w = plan.workload
         r0 = min(reps, key=lambda r: r["rank"])
-        return {"kind": "allreduce", "select": plan.workload.select, "connections": r0["connections"],
-                "ranks": r0["ranks"], "bytes_per_iteration": r0["bytes_per_iteration"], "iterations": r0["iterations"],
-                "resent_segments": sum(r["resent_segments"] for r in reps),
-                "duplicate_segments": sum(r["duplicate_segments"] for r in reps), "congestion": congestion_of(reps),
-                "timeout_s": plan.workload.timeout_s, **deaths(reps)}
+        iterations = r0["iterations"]
+        per_rail = {w.rail: iterations}
+        if w.rails is not None:
+            # Multi-AllReduce: iteration k is done when every rail's ring has done it. The rings do not wait for
+            # each other (no compute between iterations joins them), so a faster rail runs ahead.
+            per_rail = {r: json.loads((run_dir / f"allreduce-r{r}-0.json").read_text())["iterations"]
+                        for r in w.rails if (run_dir / f"allreduce-r{r}-0.json").exists()}
+            iterations = [max(ts) for ts in zip(*per_rail.values())] if per_rail else []
+        out = {"kind": "allreduce", "select": w.select, "connections": r0["connections"],
+               "ranks": r0["ranks"], "bytes_per_iteration": r0["bytes_per_iteration"] * len(w.rails or [0]),
+               "iterations": iterations, "resent_segments": sum(r["resent_segments"] for r in reps),
+               "duplicate_segments": sum(r["duplicate_segments"] for r in reps), "congestion": congestion_of(reps),
+               "timeout_s": w.timeout_s, **deaths(reps)}
+        if w.order != "listed" or w.rails is not None:
+            out["rings"] = {str(rail): ring for rail, ring in self.rings(plan).items()}
+        if w.order != "listed" or w.rails is not None or w.fabric_bytes:
+            # first to last iteration, not the baseline's rate (kept to 0.01 it/s: 0.7 % at 1.5 it/s)
+            out["iteration_ms"] = round(1000 * (iterations[-1] - iterations[0]) / (len(iterations) - 1), 1) \
+                if len(iterations) > 1 else None
+        if w.fabric_bytes:
+            out["fabric"] = fabric(plan, run_dir, self.rings(plan), per_rail,
+                                   w.size_kb * 1024 // (len(w.rails) if w.rails else 1))
+        return out
 
     def rate_series(self, w, t0, bin_s=0.25):
         its = w["iterations"]
@@ -106,6 +166,74 @@ class AllReduce(WorkloadKind):
             return out  # back first, dead later: a later fault's doing, not this one's
         return {"dead": True, "recovered": False, "recovery_ms": None, "halt_after_repair_ms": None,
                 "died_after_repair_ms": round((died - repair) * 1000, 1)}
+
+
+    def aggregate(self, runs):
+        """Ring order and fabric bytes over the repetitions (only where the run asked for them: an all-reduce
+        without order, rails or fabric_bytes aggregates nothing, as before)."""
+        ws = [r.get("workload") or {} for r in runs]
+        if not any("fabric" in w or "rings" in w for w in ws):
+            return {}
+        fab = [w.get("fabric") or {} for w in ws]
+        return {"allreduce": {
+            # ms per iteration, first to last iteration of each run
+            "iteration_ms": summarise([w.get("iteration_ms") for w in ws]),
+            "rings": next((w["rings"] for w in ws if w.get("rings")), None),
+            "crossing_edges": next((f["crossing_edges"] for f in fab if f.get("crossing_edges")), None),
+            **{k: summarise([f.get(k) for f in fab]) for k in ("measured_bytes", "expected_bytes", "measured_pct")}}}
+
+    def summary_lines(self, vname, v):
+        a = v.get("allreduce")
+        if not a:
+            return []
+        med = lambda st, f="{:g}": "-" if not st or st.get("median") is None else (  # noqa: E731
+            f"{f.format(st['median'])} [{f.format(st['min'])}-{f.format(st['max'])}]")
+        out = [f"{vname}: all-reduce {med(a['iteration_ms'])} ms per iteration; rings {a.get('rings')}"]
+        if a["expected_bytes"]["n"]:
+            mb = "{:.2f}"
+            m = {k: {x: (y / 1e6 if isinstance(y, (int, float)) and x != "n" else y) for x, y in a[k].items()}
+                 for k in ("measured_bytes", "expected_bytes")}
+            out.append(f"  into the agg tier per iteration: {med(m['measured_bytes'], mb)} MB measured on the ToRs' "
+                       f"uplinks, {med(m['expected_bytes'], mb)} MB of ring payload ({a['crossing_edges']} crossing "
+                       f"edges x 2(n-1)/n x size), measured {med(a['measured_pct'])} % of it")
+        return out
+
+
+RAIL_PORT = 17100  # concurrent rings: rail k's ring listens on RAIL_PORT + 10 k (one ring: the node's default)
+
+
+def uplinks_of(cfg) -> list[str]:
+    return [i.name for i in cfg.interfaces if i.kind == "uplink"]
+
+
+def fabric(plan, run_dir, rings_: dict[int, list[str]], per_rail: dict[int, list[float]], size: int) -> dict:
+    """Bytes the ToRs sent into the agg tier per iteration (their uplinks' counters, from 1 s after a ring's
+    first iteration to its last) against the rings' 2(n-1)/n x size per crossing edge (hpnlab.traffic.rings).
+    Per rail (a rail's ring crosses only that rail's ToRs, and rings of different rails do not keep step),
+    then summed: the bytes of one iteration of every ring."""
+    stats = {}
+    for p in run_dir.glob("linkstats-*.json"):
+        try:
+            stats[p.stem.removeprefix("linkstats-")] = json.loads(p.read_text())
+        except ValueError:
+            continue
+    out = {"crossing_edges": {}, "expected_bytes": 0, "measured_bytes": 0, "iterations": {}}
+    for rail, ring in rings_.items():
+        sets = {h: plan.cfgs[h].nic(rail).subnet for h in ring}
+        ups = {n: uplinks_of(c) for n, c in plan.cfgs.items() if c.role == "tor" and c.rail == rail}
+        its = per_rail.get(rail) or []
+        expected = rings.expected_bytes(ring, sets, size)
+        out["crossing_edges"][str(rail)] = rings.crossing_edges(ring, sets)
+        out["expected_bytes"] += expected
+        got = rings.per_iteration(stats, ups, its, its[0] + 1.0, its[-1], expected) if len(its) >= 3 else {}
+        out["iterations"][str(rail)] = got.get("iterations", len(its))
+        if out["measured_bytes"] is not None and got.get("measured_bytes") is not None:
+            out["measured_bytes"] += got["measured_bytes"]
+        else:
+            out["measured_bytes"] = None
+    m, e = out["measured_bytes"], out["expected_bytes"]
+    out["measured_pct"] = round(100 * m / e, 1) if m is not None and e else None
+    return out
 
 
 def deaths(reps: list[dict]) -> dict:
