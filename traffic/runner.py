@@ -69,6 +69,11 @@ class Repetition:
                 cpu.save(self.dir / "cpu.json")
             timers, events = self.lab.agent_records()
             (self.dir / "timers.json").write_text(json.dumps(timers))
+            # multipath spray modes: each ToR's keeper (its reaction to routes, dlb's period and rewrites)
+            keepers = {n: st["spray"] for n in self.lab.routers if self.lab.role(n) == "tor"
+                       for st in [self.lab.runtime.read_status(n)] if st and st.get("spray")}
+            if keepers:
+                (self.dir / "spray.json").write_text(json.dumps(keepers))
             (self.dir / "agent-events.json").write_text(json.dumps(events))
             return rep
         finally:
@@ -176,7 +181,8 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
     res = report.repetition_result(rep, plan, streams, senders, receivers, events, workload, meter, agent_events,
                                    _json_or_empty(run_dir / "nodebytes.json"))
     tcp = reorder.of_run(_json_or_empty(run_dir / "tcpstats.json"))  # none in a run from before it was read
-    return {**res, "tcp": tcp} if tcp else res
+    keepers = _json_or_empty(run_dir / "spray.json")
+    return {**res, **({"tcp": tcp} if tcp else {}), **({"spray": keepers} if keepers else {})}
 
 
 def _json_or_empty(path: Path) -> dict:
