@@ -194,7 +194,30 @@ def test_job_figures_utilisation_and_exposed_communication():
     assert f["iteration_ms"]["median"] == pytest.approx(150, abs=0.2)
     assert jobsmod.cluster_util({"a": {"gpu_util": 0.5, "ranks": 2}, "b": {"gpu_util": 0.8, "ranks": 6}}) == \
         pytest.approx(0.725)
-    assert jobsmod.job_figures([{"rank": 0, "ranks": 2, "iterations": [], "computed": []}], 0.1)["gpu_util"] == 0
+    idle = jobsmod.job_figures([{"rank": 0, "ranks": 2, "iterations": [], "computed": []}], 0.1)
+    assert idle["gpu_util"] == 0 and idle["compute_ms"] == 100
+
+
+def test_the_summary_and_plot_take_a_repetition_in_which_a_job_completed_nothing(tmp_path):
+    """A starved job (no iteration in one repetition) is a figure of 0, not a crash of the report."""
+    runs = []
+    for its in ([10.15, 10.3], []):
+        f = jobsmod.job_figures([{"rank": 0, "ranks": 2, "iterations": its, "computed": [x - 0.05 for x in its]}], 0.1)
+        f.pop("begin", None)
+        f["ends_s"] = [round(t - 10, 3) for t in f.pop("ends", [])]
+        runs.append({"workload": {"kind": "jobs", "policy": "fifo", "jobs": {"a": f},
+                                  "cluster_gpu_util": jobsmod.cluster_util({"a": f})}})
+    kind = jobsmod.Jobs()
+    v = {"runs": runs, **kind.aggregate(runs)}
+    assert v["jobs"]["per_job"]["a"]["gpu_util"]["min"] == 0 and v["jobs"]["per_job"]["a"]["compute_ms"] == 100
+    results = {"experiment": "x", "repetitions": 2, "variants": {"v": v}}
+    table = kind.summary_table(results)
+    assert "v / a: 2 ranks, compute 100.0 ms" in table
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pytest.skip("matplotlib is not installed: the plot is not drawn")
+    assert kind.plot(results, tmp_path / "p.png").exists()
 
 
 def _free_port() -> int:

@@ -122,7 +122,8 @@ def job_figures(reps: list[dict], compute_s: float) -> dict:
     ends, computed = r0["iterations"], r0.get("computed", [])
     n = min(len(ends), len(computed))
     if not n:
-        return {"iterations": 0, "gpu_util": 0.0, "ranks": r0["ranks"]}
+        # no iteration completed: no GPU work counted (the job sat waiting for the network all run)
+        return {"ranks": r0["ranks"], "iterations": 0, "compute_ms": round(compute_s * 1000, 3), "gpu_util": 0.0}
     begins = [computed[0] - compute_s] + ends[: n - 1]
     iter_s = [e - b for b, e in zip(begins, ends[:n])]
     exposed = [e - c for c, e in zip(computed[:n], ends[:n])]
@@ -266,7 +267,7 @@ class Jobs(WorkloadKind):
         jobs = {}
         for n in names:
             got = [w["jobs"][n] for w in ws if n in w["jobs"]]
-            jobs[n] = {"ranks": got[0]["ranks"], "compute_ms": got[0].get("compute_ms"),
+            jobs[n] = {"ranks": got[0]["ranks"], "compute_ms": next((g["compute_ms"] for g in got if "compute_ms" in g), None),
                        "gpu_util": _mmm([g["gpu_util"] for g in got]),
                        "iterations": _mmm([g["iterations"] for g in got]),
                        "iteration_ms": _mmm([g.get("iteration_ms", {}).get("median") for g in got]),
@@ -293,7 +294,7 @@ class Jobs(WorkloadKind):
         out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
         for name, v in results["variants"].items():
             for n, f in ((v.get("jobs") or {}).get("per_job") or {}).items():
-                out.append(f"{name} / {n}: {f['ranks']} ranks, compute {f['compute_ms']:g} ms, iteration "
+                out.append(f"{name} / {n}: {f['ranks']} ranks, compute {f['compute_ms']} ms, iteration "
                            f"{_fmt(f['iteration_ms'])} ms, exposed comm {_fmt(f['exposed_ms'])} ms, intensity "
                            f"{_fmt(f['intensity'])}, level {f['level']}, dscp {f['dscp']} (medians per run)")
         return "\n".join(out)
@@ -309,7 +310,7 @@ class Jobs(WorkloadKind):
         vs = [(n, v) for n, v in results["variants"].items() if v.get("jobs")]
         if not vs:
             return None
-        fig, axes = plt.subplots(1 + len(vs), 1, figsize=(10, 3 + 2.2 * len(vs)), squeeze=False)
+        fig, axes = plt.subplots(1 + len(vs), 1, figsize=(12, 3 + 2.2 * len(vs)), squeeze=False)
         ax = axes[0][0]
         names = sorted({n for _v, x in vs for n in x["jobs"]["per_job"]}) + ["cluster"]
         width = 0.8 / len(vs)
@@ -323,7 +324,7 @@ class Jobs(WorkloadKind):
         ax.set_xticks([k + 0.4 - width / 2 for k in range(len(names))], names)
         ax.set_ylabel("GPU utilisation")
         ax.set_title(f"{results['experiment']}: GPU utilisation per job and cluster (median, min-max bars)")
-        ax.legend(fontsize=7, ncol=3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not over them
         for i, (vname, v) in enumerate(vs):
             ax = axes[i + 1][0]
             run = next((r for r in v.get("runs", []) if r.get("workload")), None)
@@ -334,7 +335,7 @@ class Jobs(WorkloadKind):
                 ax.plot(ends[1:], [1000 * (b - a) for a, b in zip(ends, ends[1:])], marker=".", lw=1, label=n)
             ax.set_ylabel("iteration ms")
             ax.set_title(f"{vname}: iteration times, repetition 1", fontsize=9)
-            ax.legend(fontsize=7, ncol=4)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         axes[-1][0].set_xlabel("s since the first job began")
         fig.tight_layout()
         fig.savefig(path, dpi=90)
