@@ -12,8 +12,10 @@ every path loses is the suspect, and a link with one clean path is cleared (hpnl
 choice is greedy (set multicover): each step takes the candidate path covering the most links still
 short of ``cover``, so few paths suffice (the probe rate is spent on few flows); then paths are added
 while two links are crossed by exactly the same paths and a candidate crosses one of them only. Paths
-between rails matter here: within one rail of a two-segment lab, every path up s0r0a>agg0-0 comes down
-agg0-0>s1r0a, and only a path to another rail's ToR tells the two apart.
+that end or start at a switch matter here: between the hosts of a two-segment lab's rail, every path up
+s0r0a>agg0-0 comes down agg0-0>s1r0a (a host reaches another rail's NIC through its own rail's port,
+not the fabric), and only a path from a host to agg0-0 itself, or from agg0-0 to a host, tells the two
+apart (NetBouncer bounces its probes off the switches for the same reason).
 """
 
 from __future__ import annotations
@@ -26,14 +28,16 @@ def link(a: str, b: str) -> Link:
 
 
 def links_of(row: dict) -> list[Link]:
-    """The directed links one path-map row (src, tor, agg, dst_tor, dst) crosses."""
-    return [link(row["src"], row["tor"]), link(row["tor"], row["agg"]), link(row["agg"], row["dst_tor"]),
-            link(row["dst_tor"], row["dst"])]
+    """The directed links one path-map row crosses: its ``hops`` (a path to or from a switch, e.g. host,
+    ToR, agg) or a host-to-host row's src, tor, agg, dst_tor, dst."""
+    hops = row.get("hops") or [row["src"], row["tor"], row["agg"], row["dst_tor"], row["dst"]]
+    return [link(a, b) for a, b in zip(hops, hops[1:])]
 
 
 def complete(rows: list[dict]) -> list[dict]:
     """Rows whose every hop answered (a lost TTL answer leaves '?')."""
-    return [r for r in rows if "?" not in (r["tor"], r["agg"], r["dst_tor"]) and r.get("port")]
+    return [r for r in rows if ("?" not in r["hops"] if r.get("hops") else
+                                "?" not in (r["tor"], r["agg"], r["dst_tor"]) and r.get("port"))]
 
 
 def fabric_links(cfgs: dict, rails: list[int] | None = None) -> list[Link]:

@@ -47,6 +47,27 @@ def test_choice_covers_every_link_twice_with_few_paths(cfgs):
     assert len(chosen) < len(rows) / 10, len(chosen)  # far fewer than the map's source ports
 
 
+def _switch_rows(cfgs, rails=(0, 1)) -> list[dict]:
+    """Paths to and from the aggs: each host NIC through each of its ToRs to that ToR's aggs, and back."""
+    rows, sp = [], 30000
+    for h in sorted(n for n, c in cfgs.items() if c.role == "host"):
+        for r in rails:
+            for t in cfgs[h].nic(r).tors:
+                for i in cfgs[t].interfaces:
+                    if i.kind == "uplink":
+                        sp += 1
+                        rows += [{"src": h, "dst": i.peer, "sport": sp, "hops": [h, t, i.peer]},
+                                 {"src": i.peer, "dst": h, "sport": sp, "hops": [i.peer, t, h]}]
+    return rows
+
+
+def test_paths_to_and_from_the_aggs_tell_uplink_from_downlink(cfgs):
+    want = probeplan.fabric_links(cfgs)
+    chosen, have = probeplan.choose(_rows(cfgs, cross_rail=False) + _switch_rows(cfgs), 2, want)
+    assert probeplan.short(have) == [] and probeplan.alike(chosen, want) == []
+    assert any(r.get("hops") for r in chosen)
+
+
 def test_one_rail_of_two_segments_cannot_tell_uplink_from_downlink(cfgs):
     """Within a rail, every path up s0r0a>agg0-0 comes down agg0-0>s1r0a: the choice says so."""
     chosen, have = probeplan.choose(_rows(cfgs, rails=(0,), cross_rail=False), 2, probeplan.fabric_links(cfgs, [0]))

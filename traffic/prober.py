@@ -2,17 +2,18 @@
 path map, infers per-link loss from per-path loss and names a suspect link with a confidence.
 
 - plan: one round of TTL probes per host NIC (hpnlab.node.craft paths, the kernel's own hash) to every
-  NIC the aggs lead to (other segments, and other rails of its own: those paths split an uplink from
-  the downlink it shares every same-rail path with); hpnlab.probeplan chooses the paths so every
-  directed access and fabric link lies on >= ``cover`` of them;
-- probe: one node program per host (hpnlab.node.prober) sends its paths' probes at ``rate`` per path and
-  counts what it receives, in JSON lines;
+  other host NIC the aggs lead to and to the aggs' loopbacks, and each agg's own route to every host
+  NIC below it (paths that end or start at a switch split an uplink from the downlink every host-to-host
+  path of its rail shares); hpnlab.probeplan chooses the paths so every directed access and fabric link
+  lies on >= ``cover`` of them;
+- probe: one node program per host and per agg (hpnlab.node.prober) sends its paths' probes at ``rate``
+  per path and counts what it receives, in JSON lines;
 - judge: every ``step_s`` the last ``window_s`` seconds of every path (once ``grace_s`` old: every probe of
   them has arrived or is lost) go through hpnlab.tomography; a link named the top suspect with at least
   ``min_confidence`` in ``confirm`` judgements in a row is confirmed (an event in the log, with time).
 
 Its cost is reported (``report()``): probes per second, the node programs' CPU seconds per second and the
-judging's. Traffic goes only between the lab's own host addresses.
+judging's. Traffic goes only between the lab's own host addresses and agg loopbacks.
 """
 
 from __future__ import annotations
@@ -74,11 +75,21 @@ class Prober:
     def _hosts(self) -> list[str]:
         return sorted(n for n, c in self.cfgs.items() if c.role == "host")
 
+    def _aggs(self) -> list[str]:
+        return sorted(n for n, c in self.cfgs.items() if c.role == "agg")
+
+    def _listen(self, node: str) -> list[str]:
+        c = self.cfgs[node]
+        return [n.ip for n in c.nics] if c.role == "host" else [c.router_id]
+
     def _map_one(self, host: str, nic) -> list[dict]:
         """One host NIC's path map to every other host's NIC the aggs lead to (another segment or another
         rail; a host's own other NIC is local to its kernel, never the fabric's)."""
         tors = set(nic.tors)
         dsts = {n.ip: (h, n) for h in self._hosts() for n in self.cfgs[h].nics if h != host and not tors & set(n.tors)}
+        # and the aggs this NIC's ToRs lead to, to their loopbacks: a path ending at a switch
+        aggs = {i.peer for t in nic.tors for i in self.cfgs[t].interfaces if i.kind == "uplink"}
+        dsts |= {self.cfgs[a].router_id: (a, None) for a in sorted(aggs)}
         sports = list(range(20000, 20000 + int(self.s["sports"])))
         res = craft(self.rt, host, ["paths", "--src", nic.ip, "--dst", ",".join(dsts), "--gateway", nic.gateway,
                                     "--sports", ",".join(map(str, sports)), "--ifaces", ",".join(nic.ports),
@@ -92,9 +103,37 @@ class Prober:
                 h = by_dst.get(dip, {}).get(str(sp), {})
                 port = h.get("tor", {}).get("iface")
                 far = [loop.get(a, a) for a in h.get("hops", [])]
-                rows.append({"src": host, "dst": dst, "src_ip": nic.ip, "dst_ip": dip, "sport": sp, "port": port,
-                             "tor": port_tor.get(port, "?"), "agg": far[0] if far else "?",
-                             "dst_tor": far[1] if len(far) > 1 else "?"})
+                row = {"src": host, "dst": dst, "src_ip": nic.ip, "dst_ip": dip, "sport": sp, "port": port,
+                       "tor": port_tor.get(port, "?"), "agg": far[0] if far else "?",
+                       "dst_tor": far[1] if len(far) > 1 else "?"}
+                if dn is None:  # to an agg: the ToR the hash chose must be one of the agg's (else no route)
+                    tor = row["tor"]
+                    if tor == "?" or not any(i.peer == dst for i in self.cfgs[tor].interfaces):
+                        continue
+                    row["hops"] = [host, tor, dst]
+                rows.append(row)
+        return rows
+
+    def _from_agg(self, agg: str) -> list[dict]:
+        """Paths from an agg's loopback to every host NIC below it: the agg's own route (ip route get,
+        with the probe's ports: a multipath route hashes them) names the ToR."""
+        src = self.cfgs[agg].router_id
+        below = {i.peer for i in self.cfgs[agg].interfaces}
+        rows = []
+        for h in self._hosts():
+            for nic in self.cfgs[h].nics:
+                if not below & set(nic.tors):
+                    continue
+                for sp in range(20000, 20000 + min(4, int(self.s["sports"]))):
+                    r = self.rt.run(agg, ["ip", "-j", "route", "get", nic.ip, "from", src, "ipproto", "udp", "sport",
+                                          str(sp), "dport", str(self.s["port"])], check=False, timeout=10)
+                    try:
+                        dev = json.loads(r.stdout)[0]["dev"]
+                    except (ValueError, IndexError, KeyError):
+                        continue
+                    tor = self.cfgs[agg].iface(dev).peer if self.cfgs[agg].iface(dev) else "?"
+                    rows.append({"src": agg, "dst": h, "src_ip": src, "dst_ip": nic.ip, "sport": sp,
+                                 "hops": [agg, tor, h]})
         return rows
 
     def plan(self) -> dict:
@@ -102,6 +141,7 @@ class Prober:
         jobs = [(h, n) for h in self._hosts() for n in self.cfgs[h].nics]
         with ThreadPoolExecutor(max_workers=4) as ex:
             rows = [r for part in ex.map(lambda j: self._map_one(*j), jobs) for r in part]
+        rows += [r for a in self._aggs() for r in self._from_agg(a)]
         want = probeplan.fabric_links(self.cfgs)
         chosen, self.coverage = probeplan.choose(rows, int(self.s["cover"]), want)
         self.rows = [{**r, "id": i} for i, r in enumerate(chosen)]
@@ -114,13 +154,13 @@ class Prober:
     def start(self) -> None:
         if not self.rows:
             self.plan()
-        for h in self._hosts():
+        for h in self._hosts() + self._aggs():
             mine = [{k: r[k] for k in ("id", "src_ip", "sport", "dst_ip")} for r in self.rows if r["src"] == h]
             (self.dir / f"{h}.paths.json").write_text(json.dumps(mine))
             out = self.dir / f"{h}.jsonl"
             out.write_text("")
             argv = [sys.executable, "-m", "hpnlab.node.prober", "--paths", str(self.dir / f"{h}.paths.json"),
-                    "--listen", ",".join(n.ip for n in self.cfgs[h].nics), "--port", str(self.s["port"]),
+                    "--listen", ",".join(self._listen(h)), "--port", str(self.s["port"]),
                     "--rate", str(self.s["rate"]), "--out", str(out), "--bucket", str(self.s["bucket_s"])]
             full = self.rt.exec_argv(h, argv)
             import subprocess
