@@ -87,9 +87,12 @@ class Prober:
         rail; a host's own other NIC is local to its kernel, never the fabric's)."""
         tors = set(nic.tors)
         dsts = {n.ip: (h, n) for h in self._hosts() for n in self.cfgs[h].nics if h != host and not tors & set(n.tors)}
-        # and the aggs this NIC's ToRs lead to, to their loopbacks: a path ending at a switch
+        # and the aggs this NIC's ToRs lead to, to their loopbacks (a path ending at a switch), where the
+        # host has a route there (the default lab's hosts have none: its agg-to-host paths do that work)
         aggs = {i.peer for t in nic.tors for i in self.cfgs[t].interfaces if i.kind == "uplink"}
-        dsts |= {self.cfgs[a].router_id: (a, None) for a in sorted(aggs)}
+        dsts |= {self.cfgs[a].router_id: (a, None) for a in sorted(aggs)
+                 if self.rt.run(host, ["ip", "route", "get", self.cfgs[a].router_id, "from", nic.ip], check=False,
+                                timeout=10).returncode == 0}
         sports = list(range(20000, 20000 + int(self.s["sports"])))
         res = craft(self.rt, host, ["paths", "--src", nic.ip, "--dst", ",".join(dsts), "--gateway", nic.gateway,
                                     "--sports", ",".join(map(str, sports)), "--ifaces", ",".join(nic.ports),
