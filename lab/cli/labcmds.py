@@ -236,7 +236,8 @@ def add_parsers(sub) -> None:
                         "(Kubernetes with clabernetes through kubectl; HPNLAB_K8S_NAMESPACE, HPNLAB_C9S_TIMEOUT)")
     u.add_argument("--timeout", type=float, default=90.0,
                    help="seconds the lab has to come up healthy, its deploy included (with clab and c9s: after "
-                        "their deploy); past it up rolls back and exits 1 within a few seconds more (default 90)")
+                        "their deploy); past it up rolls back and exits 1, the rollback taking ~1 s more on the default "
+                        "lab, ~23 s on the paper's loaded segment (docs/scale.md) (default 90)")
     u.add_argument("--keep", action="store_true", help="leave an unhealthy lab up for debugging")
     u.add_argument("--json", action="store_true", help="print the verify result as JSON")
     u.set_defaults(func=up)
