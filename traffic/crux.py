@@ -11,9 +11,9 @@ and the links' capacities, its priority, and the compression of priorities onto 
 - **Compression**: the jobs' contention graph has an edge between two jobs that share a link. Ordered by
   priority it is a DAG (the higher job's edge points at the lower). Cutting a topological order of it into
   at most K contiguous levels keeps every edge's direction (a higher job is never below a job it contends
-  with); an edge whose two jobs end in one level is precedence lost. Crux searches topological orders and
-  cuts each one optimally; so does ``compress``: every topological order when there are few (up to
-  ``ORDERS``), a seeded sample of them otherwise, each cut by dynamic programming.
+  with); an edge whose two jobs end in one level is precedence lost. ``compress`` searches topological
+  orders, every one when there are few (up to ``ORDERS``), a seeded sample of them otherwise, and cuts each
+  optimally by dynamic programming (this search is hpnlab's reading of the paper's cut, not its code).
 
   Choices the description leaves open, made here: an edge's weight is the priority it loses when merged,
   P_high - P_low (two jobs of equal priority lose nothing by sharing a queue; a job far above another
