@@ -78,7 +78,8 @@ def main() -> int:
     ap.add_argument("--quiet-s", type=float, default=300.0, help="fault-free seconds (>= 300 for the issue)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--hold-s", type=float, default=30.0, help="longest a fault is held waiting for isolation")
-    ap.add_argument("--cases", default="all", help="'all' or comma-separated indices into the case list")
+    ap.add_argument("--cases", default="all", help="'all' or comma-separated indices into the case list "
+                                                   "(1,3,5,7: the 1 %% ones)")
     ap.add_argument("--json", type=Path, required=True)
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))

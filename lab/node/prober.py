@@ -53,6 +53,7 @@ def run(paths: list[dict], listen: list[str], port: int, rate: float, out: str, 
         rx.append(r)
     sent: dict[str, dict[str, int]] = {}
     recv: dict[str, dict[str, int]] = {}
+    unreach: dict[str, int] = {}
     seq = 0
     t0 = time.time()
     step = 1.0 / (rate * max(1, len(socks))) if socks else interval  # round-robin over the paths
@@ -72,6 +73,9 @@ def run(paths: list[dict], listen: list[str], port: int, rate: float, out: str, 
                     b[k] = b.get(k, 0) + 1
                 except BlockingIOError:
                     pass  # a full socket buffer here is ours, not the network's: not counted as sent
+                except OSError:
+                    # no route (an agg whose only link to a ToR was isolated): not sent, and the prober goes on
+                    unreach[str(p["id"])] = unreach.get(str(p["id"]), 0) + 1
                 seq += 1
                 due += step
             ready, _, _ = select.select(rx, [], [], max(0.0, min(due, flush) - time.time()))
@@ -87,15 +91,15 @@ def run(paths: list[dict], listen: list[str], port: int, rate: float, out: str, 
                         k = _bucket(tx, bucket)
                         b[k] = b.get(k, 0) + 1
             if time.time() >= flush:
-                _line(fh, sent, recv)
-                sent, recv = {}, {}
+                _line(fh, sent, recv, unreach)
+                sent, recv, unreach = {}, {}, {}
                 flush += interval
-        _line(fh, sent, recv)  # stopped: what the last interval counted
+        _line(fh, sent, recv, unreach)  # stopped: what the last interval counted
 
 
-def _line(fh, sent: dict, recv: dict) -> None:
+def _line(fh, sent: dict, recv: dict, unreach: dict) -> None:
     cpu = os.times()
-    fh.write(json.dumps({"t": round(time.time(), 3), "sent": sent, "recv": recv,
+    fh.write(json.dumps({"t": round(time.time(), 3), "sent": sent, "recv": recv, "unreachable": unreach,
                          "cpu_s": round(cpu.user + cpu.system, 3)}) + "\n")
 
 
