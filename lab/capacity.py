@@ -79,11 +79,15 @@ def parse_rate(text: str) -> int:
     return kbit
 
 
-def port_argvs(cfg: dict, iface: str, shape: dict) -> list[list[str]]:
+def port_argvs(cfg: dict, iface: str, shape: dict, rates_only: bool = False) -> list[list[str]]:
     """The tc commands that give one port of a running lab ``shape`` (node.json ``cfg``): a tbf, or on a switch
-    with qos its queues' tree (the plan's own lines; replace throughout, so on a port that has the queues
-    they stay and only the rates change)."""
-    if qos.applies(cfg):
-        return [["tc", *ln.split()] for ln in qos.tc_lines(iface, shape, cfg["qos"], burst_bytes(shape["rate_kbit"]),
-                                                           MTU_FRAME)]
-    return [["tc", "qdisc", "replace", "dev", iface, "root", "handle", "1:", *tbf_args(shape)]]
+    with qos its queues' tree, built anew (the root deleted first: htb has no change operation for its qdisc,
+    so a replace over an htb fails), or with ``rates_only`` on a tree in place only its rates (htb's classes,
+    or the tbf above prio/ets): the queues and what waits in them stay."""
+    if not qos.applies(cfg):
+        return [["tc", "qdisc", "replace", "dev", iface, "root", "handle", "1:", *tbf_args(shape)]]
+    lines = qos.tc_lines(iface, shape, cfg["qos"], burst_bytes(shape["rate_kbit"]), MTU_FRAME)
+    if rates_only:
+        lines = [ln for ln in lines if ln.startswith("class ")] if cfg["qos"]["scheduler"] == "htb" else lines[:1]
+        return [["tc", *ln.split()] for ln in lines]
+    return [["tc", "qdisc", "del", "dev", iface, "root"]] + [["tc", *ln.split()] for ln in lines]

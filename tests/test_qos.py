@@ -182,11 +182,16 @@ def test_degrade_and_impair_s_restore_keep_a_port_s_queues():
     cfg = node_configs(spec(qos={"queues": 2}))["agg0-0"].plain()
     ifc = cfg["interfaces"][0]
     low = {**ifc["shape"], "rate_kbit": 5000}
-    argvs = capacity.port_argvs(cfg, ifc["name"], low)
-    assert argvs[0][:3] == ["tc", "qdisc", "replace"] and "htb" in argvs[0]
-    assert any("5000kbit" in a and "1:10" in a for a in argvs) and sum("bfifo" in a for a in argvs) == 2
-    assert [" ".join(a[1:]) for a in capacity.port_argvs(cfg, ifc["name"], ifc["shape"])] == \
-        [ln for ln in plan.tc_batch(cfg) if f" dev {ifc['name']} " in ln]
+    argvs = capacity.port_argvs(cfg, ifc["name"], low, rates_only=True)  # degrade: htb's classes only
+    assert all(a[:3] == ["tc", "class", "replace"] for a in argvs) and len(argvs) == 3
+    assert all("ceil 5000kbit" in " ".join(a) for a in argvs)
+    full = capacity.port_argvs(cfg, ifc["name"], ifc["shape"])  # impair's clear: the tree anew
+    assert full[0] == ["tc", "qdisc", "del", "dev", ifc["name"], "root"]
+    assert [" ".join(a[1:]) for a in full[1:]] == [ln for ln in plan.tc_batch(cfg) if f" dev {ifc['name']} " in ln]
+    ets = node_configs(spec(qos={"queues": 2, "scheduler": "ets"}))["agg0-0"].plain()
+    assert capacity.port_argvs(ets, ifc["name"], low, rates_only=True) == \
+        [["tc", "qdisc", "replace", "dev", ifc["name"], "root", "handle", "1:", "tbf", "rate", "5000kbit", "burst",
+          "3028", "limit", str(2 * ifc["shape"]["queue_bytes"])]]
     host = node_configs(spec(qos={"queues": 2}))["s0h0"].plain()
     assert capacity.port_argvs(host, "r0p0", low) == [["tc", "qdisc", "replace", "dev", "r0p0", "root", "handle", "1:",
                                                         *plan.tbf_args(low)]]

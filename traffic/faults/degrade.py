@@ -37,11 +37,12 @@ class Degrade(FaultKind):
     def apply(self, inj, f):
         for node, iface, shape in f.undo["ends"]:
             low = {**shape, "rate_kbit": max(1, round(shape["rate_kbit"] * f.params["fraction"]))}
-            for argv in port_argvs(inj.cfgs[node].plain(), iface, low):
+            for argv in port_argvs(inj.cfgs[node].plain(), iface, low, rates_only=True):
                 inj.rt.run(node, argv, what=f"{node}: {iface} degraded")
 
     def revert(self, rt, d, cfgs):
         for node, iface, shape in d.get("undo", {}).get("ends", []):
-            for argv in port_argvs(cfgs[node].plain() if node in cfgs else {"role": "host"}, iface, shape):
+            for argv in port_argvs(cfgs[node].plain() if node in cfgs else {"role": "host"}, iface, shape,
+                                   rates_only=True):
                 rt.run(node, argv, check=False)
 
