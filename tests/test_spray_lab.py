@@ -27,6 +27,7 @@ TWO_PATHS = {"hosts_per_segment": 1, "rails": 1, "access": "single-tor", "tier2"
              "multipath": {"mode": "spray"}, "tcp_reordering": 127}
 pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name="i40spray", overrides=TWO_PATHS)]
 FAR = "10.0.1.0/24"  # segment 1's set, seen from s0r0
+NEAR = "10.0.0.0/24"  # segment 0's set, seen from s1r0
 SIZE = 12_000_000  # ~2.7 s sprayed, ~4.8 s on one path
 
 
@@ -100,6 +101,10 @@ def test_per_uplink_tables_follow_a_withdrawn_next_hop(lab):
         print(f"agg0-1's table followed the withdrawal in {time.monotonic() - t:.2f} s (polled); keeper "
               f"{lab.runtime.read_status('s0r0').get('spray')}")
         assert f"{FAR} via" in table(lab, "s0r0", 101)
+        # the replies: agg0-1 lost segment 0's routes with the session, and s1r0 learns that from agg0-1's
+        # withdrawal (BGP's own convergence, which hashing waits for too); polled, then no packet may be lost
+        lab.wait_for(lambda: f"throw {NEAR}" in table(lab, "s1r0", 102), timeout=15,
+                     what="s1r0's agg0-1 table throws segment 0's set once agg0-1 withdrew it")
         # every packet reaches the far host: the ones marked for agg0-1 take the main table's agg0-0
         r = lab.exec("s0h0", "ping", "-c", "20", "-i", "0.05", "-W", "1", lab.host_ip("s1h0"))
         assert " 0% packet loss" in r.stdout, r.stdout
