@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from hpnlab.node import qos
+from hpnlab.node.sprayrules import SPRAY_NFT_TABLE, SPRAY_TABLE, flowlet_lines, spray_rule  # noqa: F401
 
 # Every lab link's MTU, the same on every runtime: the namespace runtime creates its veths with it,
 # containerlab's topology sets it on each link (containerlab's own default is 9500), and a node sets it
@@ -22,8 +23,6 @@ MTU_FRAME = MTU + 14  # with the Ethernet header
 ARP_DUP_MARK = 0x4850  # "HP": set on the original and the copy so neither is duplicated again
 NFT_TABLE = "hpnlab"
 RA_HOLD_TABLE = "hpnlab_ra_hold"  # a ToR's Router Advertisements, held back while the lab starts
-SPRAY_NFT_TABLE = "hpnlab_spray"  # multipath.mode spray: a ToR's per-packet marks
-SPRAY_TABLE = 101  # uplink k's routing table and fwmark: SPRAY_TABLE + k (hpnlab.node.spray.table_of)
 SPRAY_RULE_PREF = 110  # its rule: after table 10's (pref 100)
 FABRIC_KINDS = ("uplink", "core")  # a router's interfaces with a BGP unnumbered session
 # Sysctls a plan sets that older kernels lack -> the feature (hpnlab.kernel) that brings them: a node
@@ -147,8 +146,6 @@ def spray_ruleset(cfg: dict) -> str | None:
     ups = spray_uplinks(cfg)
     if not ups:
         return None
-    from hpnlab.node.spray import flowlet_lines, spray_rule  # the keeper rewrites the chain with the same rules
-
     ports = [hp["iface"] for hp in cfg["host_ports"]]
     mp = cfg["multipath"]
     if mp["mode"] == "flowlet":

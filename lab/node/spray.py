@@ -34,20 +34,14 @@ import threading
 import time
 
 from hpnlab.node.agent import log
-from hpnlab.node.plan import SPRAY_NFT_TABLE, SPRAY_TABLE
+from hpnlab.node.sprayrules import FLOW, SPRAY_NFT_TABLE, SPRAY_TABLE, flowlet_lines, spray_rule, table_of  # noqa: F401
 from hpnlab.node.rtnl import RTM_DELROUTE, RTM_NEWROUTE, RTMGRP_IPV4_ROUTE, nl_messages, parse_route, rtnl_socket
 
 MODES = ("spray", "spray-weighted", "flowlet", "dlb")
-FLOW = "ip saddr . ip daddr . meta l4proto . th sport . th dport"  # a flowlet's key: the 5-tuple
 DLB_SLOTS = 20  # dlb: the numgen cycle its shares are cut into (a share of 1/20 at least for a live uplink)
 MAIN = 254
 RESYNC_S = 5.0  # safety net behind the route events: the main table is read whole this often
 SETTLE_S = 0.005  # after a route event, wait this long for its siblings (bgpd installs a burst at a time)
-
-
-def table_of(k: int) -> int:
-    """The routing table (and the fwmark that selects it) of the k-th uplink (sorted by name)."""
-    return SPRAY_TABLE + k
 
 
 def hops(route: dict) -> list[dict]:
@@ -87,34 +81,6 @@ def wanted(routes: list[dict], uplinks: list[str]) -> dict[int, dict[str, str]]:
                     " onlink" if h["onlink"] else "")
             out[table_of(k)][dst] = words
     return out
-
-
-def spray_rule(ports: list[str], shares: list[int], match: str = "") -> str:
-    """One nftables rule: packets from the host ports (to ``match``) marked for uplink k in turn, uplink k
-    getting shares[k] of every sum(shares) packets (numgen's ranges; a zero share gets none)."""
-    total, lo, ranges = sum(shares), 0, []
-    for k, w in enumerate(shares):
-        if w:
-            ranges.append(f"{lo}{'' if w == 1 else f'-{lo + w - 1}'} : {table_of(k)}")
-            lo += w
-    iif = ", ".join(f'"{p}"' for p in ports)
-    return (f"iifname {{ {iif} }} {match}meta mark set numgen inc mod {total} map {{ {', '.join(ranges)} }}"
-            + (" accept" if match else ""))
-
-
-def flowlet_lines(ports: list[str], n: int, gap_ms: float) -> tuple[list[str], list[str]]:
-    """flowlet: one timed set per uplink holding the flows sent on it lately (every packet refreshes its
-    flow's timeout); a packet of a flow in uplink k's set keeps uplink k, any other (a new flow, or one idle
-    for longer than the gap) takes the next uplink in turn and joins that uplink's set."""
-    iif = "iifname { " + ", ".join(f'"{p}"' for p in ports) + " }"
-    ms = max(1, round(gap_ms))
-    sets = [f"set flowlet{k} {{ type ipv4_addr . ipv4_addr . inet_proto . inet_service . inet_service; "
-            f"flags dynamic, timeout; timeout {ms}ms; }}" for k in range(n)]
-    rules = [f"{iif} {FLOW} @flowlet{k} update @flowlet{k} {{ {FLOW} }} meta mark set {table_of(k)} accept"
-             for k in range(n)]
-    rules.append(spray_rule(ports, [1] * n))
-    rules += [f"{iif} meta mark {table_of(k)} add @flowlet{k} {{ {FLOW} }}" for k in range(n)]
-    return sets, rules
 
 
 def dlb_shares(caps: list[float], backlog: list[int], limit: list[int], up: list[bool],
