@@ -21,6 +21,7 @@ import math
 from hpnlab import capacity, kernel
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.models import Interface
+from hpnlab.node import qos
 from hpnlab.runtime.base import Runtime
 
 KEYS = {"rate": "egress rate, e.g. 10mbit, 500kbit, 1gbit",
@@ -105,6 +106,10 @@ def apply(rt: Runtime, cfgs: dict, node: str, iface: str, settings: dict) -> dic
     rate = now.get("rate_kbit", shape.get("rate_kbit"))
     queue = now.get("queue_bytes", shape.get("queue_bytes", DEFAULT_QUEUE_KB * 1024))
     if rate:
+        if qos.applies(cfgs[node].plain()):
+            # a switch port's queues (spec qos) give way to impair's tbf: the kernel will not replace an htb
+            # root by another kind in place ("must match existing qdisc"); clear builds the queues again
+            rt.run(node, ["tc", "qdisc", "del", "dev", iface, "root"], check=False)
         rt.run(node, ["tc", "qdisc", "replace", "dev", iface, "root", "handle", "1:",
                       *capacity.tbf_args({"rate_kbit": rate, "queue_bytes": queue})], what=f"{key}: rate")
         if "delay_ms" in now:
