@@ -190,7 +190,8 @@ def test_linkstats_parses_a_root_qdisc_message():
     msg = linkstats.TCMSG.pack(0, 5, 0x10000, linkstats.TC_H_ROOT, 1) + attr(linkstats.TCA_KIND, b"tbf\0") + \
         attr(linkstats.TCA_STATS2 | 0x8000, stats2)
     idx, st = linkstats.parse_qdisc(msg)
-    assert idx == 5 and st == {"kind": "tbf", "bytes": 123456, "packets": 789, "drops": 7, "backlog": 4500, "qlen": 3}
+    assert idx == 5 and st == {"kind": "tbf", "bytes": 123456, "packets": 789, "drops": 7, "backlog": 4500, "qlen": 3,
+                               "queue": None}  # a root, not a qos queue's leaf (tests/test_qos.py parses those)
     child = linkstats.TCMSG.pack(0, 5, 0x100000, 0x10001, 1)
     assert linkstats.parse_qdisc(child) is None  # only root qdiscs are a port's queue
 
