@@ -8,34 +8,19 @@ bulk data is hit. nftables' payload write leaves the checksums passing at the re
 TcpInCsumErrors or UdpInCsumErrors, the changed bytes delivered)."""
 
 from hpnlab.traffic.faults import wire
-from hpnlab.traffic.faults.base import FaultKind, register
+from hpnlab.traffic.faults.base import register
 
 OFFSET_BITS = 512 * 8
 MIN_IP_LENGTH = 600
 
 
 @register
-class SilentCorrupt(FaultKind):
+class SilentCorrupt(wire.WireFault):
     kind = "silent-corrupt"
     help = ("change 4 payload bytes of rate % of the data frames (>600 B) node:iface sends, checksums "
             "passing: they reach the application (both: 1 also those it receives)")
-    needs_iface = True
-    params = {"rate": 1.0, "both": 0.0}
+    what = "silent corruption"
 
-    def check_params(self, f, where):
-        wire.check_both(f, where)
-        wire.check_rate(f, where)
-
-    def check(self, f, where, cfgs):
-        wire.check_frames(f, where, cfgs)
-
-    def prepare(self, inj, f, fid):
-        wire.prepare(inj, f, fid)
-
-    def apply(self, inj, f):
-        rule = (f"meta protocol ip ip protocol {{ tcp, udp }} ip length > {MIN_IP_LENGTH} "
-                f"{wire.draw(f.params['rate'])}@th,{OFFSET_BITS},32 set @th,{OFFSET_BITS},32 ^ 0x5a5a5a5a counter")
-        wire.apply(inj, f, [rule], what="silent corruption")
-
-    def revert(self, rt, d, cfgs):
-        wire.revert(rt, d)
+    def rules(self, f):
+        return [f"meta protocol ip ip protocol {{ tcp, udp }} ip length > {MIN_IP_LENGTH} "
+                f"{wire.draw(f.params['rate'])}@th,{OFFSET_BITS},32 set @th,{OFFSET_BITS},32 ^ 0x5a5a5a5a counter"]

@@ -19,6 +19,7 @@ the frames it receives as well. Rates are percent of the frames, drawn with nfta
 from __future__ import annotations
 
 from hpnlab.errors import SpecError
+from hpnlab.traffic.faults.base import FaultKind
 
 STEPS = 10000  # numgen random mod STEPS: 0.01 % resolution
 
@@ -87,3 +88,32 @@ def apply(inj, f, body: list[str], extra: str = "", what: str = "gray fault") ->
 def revert(rt, d) -> None:
     for node, _ifc, table in d.get("undo", {}).get("wire", []):
         rt.run(node, ["nft", "delete", "table", "netdev", table], check=False)
+
+
+class WireFault(FaultKind):
+    """A gray fault whose frames are hit by a rule each (silent-loss, corrupt, silent-corrupt): one link, a
+    rate and ``both``, per MTU frame, in a netdev table at the receiving end(s). A kind gives ``rules``
+    (the nftables rules, drawn per frame with ``draw``) and ``what`` (for errors)."""
+
+    needs_iface = True
+    params = {"rate": 1.0, "both": 0.0}
+    what = "gray fault"
+
+    def rules(self, f) -> list[str]:
+        raise NotImplementedError
+
+    def check_params(self, f, where):
+        check_both(f, where)
+        check_rate(f, where)
+
+    def check(self, f, where, cfgs):
+        check_frames(f, where, cfgs)
+
+    def prepare(self, inj, f, fid):
+        prepare(inj, f, fid)
+
+    def apply(self, inj, f):
+        apply(inj, f, self.rules(f), what=self.what)
+
+    def revert(self, rt, d, cfgs):
+        revert(rt, d)
