@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hpnlab.traffic import queuerates  # noqa: E402
+
 RATE_MBIT = 20
 DSCPS = [46, 34, 10]  # ef, af41, af11 -> queue 0, 1, 2
 SETTLE_S, WINDOW_S = 1.0, 3.0
@@ -32,27 +34,6 @@ def spec(queues: int) -> dict:
     return {"name": "qosb", "segments": 1, "hosts_per_segment": queues + 1, "rails": 1, "access": "single-tor",
             "tier2": "clos", "aggs_per_plane": 1, "links": {"access": {"rate_mbit": RATE_MBIT, "queue_kb": 64}},
             "qos": {"queues": queues, "dscp": {d: k for k, d in enumerate(DSCPS[:queues])}}}
-
-
-def reading(lab, tor: str, port: str) -> tuple[float, dict[int, int]]:
-    q = lab.link_stats(tor)[port]["queues"]
-    return time.monotonic(), {k: v["bytes"] for k, v in q.items()}
-
-
-def rates(a, b) -> dict[str, float]:
-    return {str(k): round((b[1][k] - a[1][k]) * 8 / (b[0] - a[0]) / 1e6, 3) for k in sorted(a[1])}
-
-
-def wait_until(lab, tor, port, queue: int, moving: bool, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    last = reading(lab, tor, port)
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        now = reading(lab, tor, port)
-        if (now[1][queue] > last[1][queue]) == moving:
-            return
-        last = now
-    raise SystemExit(f"queue {queue} {'never carried' if moving else 'kept carrying'} bytes within {timeout:g} s")
 
 
 def one_run(queues: int, tmp: Path) -> dict:
@@ -78,17 +59,17 @@ def one_run(queues: int, tmp: Path) -> dict:
                                              "--size", str(400 << 20), "--duration", "50", "--dscp", str(d),
                                              "--out", str(tmp / f"tx{k}.json")], tmp / f"tx{k}.log")
                 procs.append(senders[k])
-                wait_until(lab, tor, port, k, True)
+                queuerates.wait_moving(lab, tor, port, k, True)
             time.sleep(SETTLE_S)
-            a = reading(lab, tor, port)
+            a = queuerates.reading(lab, tor, port)
             time.sleep(WINDOW_S)
-            all_ = rates(a, reading(lab, tor, port))
+            all_ = queuerates.rates(a, queuerates.reading(lab, tor, port))
             senders[0].send_signal(signal.SIGTERM)
             senders[0].wait(timeout=10)
-            wait_until(lab, tor, port, 0, False)
-            c = reading(lab, tor, port)
+            queuerates.wait_moving(lab, tor, port, 0, False)
+            c = queuerates.reading(lab, tor, port)
             time.sleep(WINDOW_S)
-            top_stopped = rates(c, reading(lab, tor, port))
+            top_stopped = queuerates.rates(c, queuerates.reading(lab, tor, port))
             drops = {str(k): v["drops"] for k, v in lab.link_stats(tor)[port]["queues"].items()}
         finally:
             for p in procs:
@@ -96,6 +77,7 @@ def one_run(queues: int, tmp: Path) -> dict:
                     os.killpg(p.pid, signal.SIGTERM)
             for p in procs:
                 p.wait(timeout=10)
+    all_, top_stopped = ({str(k): round(v, 3) for k, v in r.items()} for r in (all_, top_stopped))
     total = sum(all_.values())
     return {"all": all_, "top_stopped": top_stopped, "drops": drops,
             "top_share": round(all_["0"] / total, 4) if total else None}

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from hpnlab.traffic import queuerates
 from tests.lib.labs import _need_lab_machine, leftovers
 
 pytestmark = pytest.mark.root
@@ -37,32 +38,6 @@ def _flow(lab, tmp, src: str, dst: str, port: int, dscp: int) -> tuple:
     return rx, tx
 
 
-def _queues(lab, tor: str, port: str) -> tuple[float, dict[int, int]]:
-    q = lab.link_stats(tor)[port]["queues"]
-    return time.monotonic(), {k: v["bytes"] for k, v in q.items()}
-
-
-def _rates(a, b) -> dict[int, float]:
-    """Mbit/s per queue between two readings."""
-    dt = b[0] - a[0]
-    return {k: (b[1][k] - a[1][k]) * 8 / dt / 1e6 for k in a[1]}
-
-
-def _wait_moving(lab, tor, port, queue: int, moving: bool, timeout: float = 10.0) -> None:
-    """Poll until the queue's bytes grow (moving) or stop growing for 0.5 s (not moving)."""
-    deadline = time.monotonic() + timeout
-    last = _queues(lab, tor, port)
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        now = _queues(lab, tor, port)
-        grew = now[1][queue] > last[1][queue]
-        if grew == moving:
-            return
-        last = now
-    raise AssertionError(f"{tor}:{port} queue {queue} {'never carried' if moving else 'kept carrying'} bytes "
-                         f"within {timeout:g} s")
-
-
 def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path):
     _need_lab_machine()
     import hpnlab
@@ -77,20 +52,20 @@ def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path
             assert lab.link_stats(tor)[port]["queues"].keys() == {0, 1}  # the queues are on the port
             low = _flow(lab, tmp_path, "s0h1", rcv, 5302, LOW)
             procs += low
-            _wait_moving(lab, tor, port, 1, True)
+            queuerates.wait_moving(lab, tor, port, 1, True)
             high = _flow(lab, tmp_path, "s0h0", rcv, 5301, HIGH)
             procs += high
-            _wait_moving(lab, tor, port, 0, True)
+            queuerates.wait_moving(lab, tor, port, 0, True)
             time.sleep(1.0)  # the high flow's slow start is over
-            a = _queues(lab, tor, port)
+            a = queuerates.reading(lab, tor, port)
             time.sleep(3.0)
-            both = _rates(a, _queues(lab, tor, port))
+            both = queuerates.rates(a, queuerates.reading(lab, tor, port))
             high[1].send_signal(signal.SIGTERM)  # the higher class pauses: its sender stops
             high[1].wait(timeout=10)
-            _wait_moving(lab, tor, port, 0, False)
-            c = _queues(lab, tor, port)
+            queuerates.wait_moving(lab, tor, port, 0, False)
+            c = queuerates.reading(lab, tor, port)
             time.sleep(2.0)
-            alone = _rates(c, _queues(lab, tor, port))
+            alone = queuerates.rates(c, queuerates.reading(lab, tor, port))
             drops = {k: v["drops"] for k, v in lab.link_stats(tor)[port]["queues"].items()}
         finally:
             for p in procs:

@@ -1,0 +1,37 @@
+"""A switch port's priority queues over time (spec qos): bytes per queue read through ``Lab.link_stats``,
+the rates between two readings, and a poll until a queue starts or stops carrying traffic. The QoS lab test
+and bench/qos.py measure with these."""
+
+from __future__ import annotations
+
+import time
+
+from hpnlab.errors import RuntimeFailure
+
+Reading = tuple[float, dict[int, int]]  # (monotonic time, queue -> bytes sent)
+
+
+def reading(lab, node: str, port: str) -> Reading:
+    q = lab.link_stats(node)[port]["queues"]
+    return time.monotonic(), {k: v["bytes"] for k, v in q.items()}
+
+
+def rates(a: Reading, b: Reading) -> dict[int, float]:
+    """Mbit/s per queue between two readings."""
+    dt = b[0] - a[0]
+    return {k: (b[1][k] - a[1][k]) * 8 / dt / 1e6 for k in sorted(a[1])}
+
+
+def wait_moving(lab, node: str, port: str, queue: int, moving: bool, timeout: float = 10.0,
+                every: float = 0.5) -> None:
+    """Poll until the queue's bytes grow (moving) or stop growing for ``every`` s (not moving)."""
+    deadline = time.monotonic() + timeout
+    last = reading(lab, node, port)
+    while time.monotonic() < deadline:
+        time.sleep(every)
+        now = reading(lab, node, port)
+        if (now[1][queue] > last[1][queue]) == moving:
+            return
+        last = now
+    raise RuntimeFailure(f"{node}:{port} queue {queue} {'never carried' if moving else 'kept carrying'} bytes "
+                         f"within {timeout:g} s")
