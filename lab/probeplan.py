@@ -60,32 +60,29 @@ def choose(rows: list[dict], cover: int = 2, links: list[Link] | None = None) ->
     have = {lk: 0 for lk in sorted(want)}
     chosen: list[dict] = []
     left = list(cands)
+
+    def take(r: dict) -> None:
+        left.remove(r)
+        chosen.append(r)
+        for lk in set(links_of(r)):
+            if lk in have:
+                have[lk] += 1
+
     while left:
         def gain(r: dict) -> int:
             return sum(1 for lk in set(links_of(r)) if lk in have and have[lk] < cover)
         best = max(left, key=lambda r: (gain(r), -r["sport"]))  # ties: the lowest source port (stable)
         if gain(best) == 0:
             break
-        left.remove(best)
-        chosen.append(best)
-        for lk in set(links_of(best)):
-            if lk in have:
-                have[lk] += 1
+        take(best)
     # then tell links apart: two links crossed by exactly the same chosen paths look alike to tomography
     # (a loss on either shows on the same paths), so add a path crossing one and not the other while one exists
     while left:
-        sets: dict[frozenset, list[Link]] = {}
-        for lk in have:
-            sets.setdefault(frozenset(i for i, r in enumerate(chosen) if lk in links_of(r)), []).append(lk)
-        alike = [g for k, g in sets.items() if k and len(g) > 1]
-        split = next((r for r in left for g in alike if 0 < len(set(g) & set(links_of(r))) < len(g)), None)
+        groups = alike(chosen, list(have))
+        split = next((r for r in left for g in groups if 0 < len(set(g) & set(links_of(r))) < len(g)), None)
         if split is None:
             break
-        left.remove(split)
-        chosen.append(split)
-        for lk in set(links_of(split)):
-            if lk in have:
-                have[lk] += 1
+        take(split)
     return chosen, have
 
 
