@@ -69,14 +69,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--segment", action="store_true", help="also the paper's segment (minutes)")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--resummarise", type=Path, metavar="FILE", help="recompute FILE's summary from its rows")
     args = ap.parse_args()
-    if args.resummarise:
-        old = json.loads(args.resummarise.read_text())
-        out = {"provenance": old["provenance"], **summarise(old["rows"])}
-        report(out)
-        args.resummarise.write_text(json.dumps(out, indent=1) + "\n")
-        return 0
     from hpnlab import provenance
 
     rows = []
@@ -103,8 +96,6 @@ def main() -> int:
 
 
 def summarise(rows: list[dict]) -> dict:
-    for r in rows:
-        r["left_for_down"] = r["left_for_down"] and r["rc"] != 0
     summary = {}
     for (spec, load), group in _groups(rows).items():
         over = [r["overshoot_s"] for r in group if r["rc"] != 0]
