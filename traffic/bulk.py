@@ -19,11 +19,19 @@ from hpnlab.traffic.workloads.base import congestion_of
 PORT = 5300
 
 
-def _ratio(a: float, b: float) -> float | None:
-    lo, hi = min(a, b), max(a, b)
-    if hi <= 0:
+def _ratio(values: list[float]) -> float | None:
+    """max/min of one group of links' figures; inf when one is idle beside a busy one. None when the group
+    carried nothing, or offers no choice: one link (a single-ToR NIC's ToR, as the path map predicts it)."""
+    if len(values) < 2 or max(values) <= 0:
         return None
+    lo, hi = min(values), max(values)
     return round(hi / lo, 3) if lo > 0 else math.inf
+
+
+def _facing(cfgs: dict, host: str, tors: list[str]) -> list[tuple[str, str]]:
+    """The ToR ports (node, iface) that face one NIC of ``host``: one on each ToR of a dual-ToR set, both on
+    the one ToR of a single-ToR NIC (its bond's two members)."""
+    return [(tor, i.name) for tor in tors for i in cfgs[tor].interfaces if i.peer == host]
 
 
 def _ports(stats: dict, cfgs: dict, ends: list[tuple[str, str]]) -> dict[str, list]:
@@ -54,11 +62,10 @@ def result(plan, run_dir: Path) -> dict:
     for (tier, owner), lks in grp.items():
         if tier != "tor-down":
             continue
-        ports = _ports(stats, cfgs, [(tor, next(i.name for i in cfgs[tor].interfaces if i.peer == host))
-                                     for _t, tor, host in lks])
+        ports = _ports(stats, cfgs, _facing(cfgs, owner, [tor for _t, tor, _h in lks]))
         pred = [predicted.get(("tor-down", tor, host), 0) for _t, tor, host in lks]
-        nics[owner] = {"bytes": ports["bytes"], "flows_predicted": pred, "ratio": _ratio(*ports["bytes"]),
-                       "ratio_predicted": _ratio(*pred), "peak_backlog": ports["peak_backlog"]}
+        nics[owner] = {"bytes": ports["bytes"], "flows_predicted": pred, "ratio": _ratio(ports["bytes"]),
+                       "ratio_predicted": _ratio(pred), "peak_backlog": ports["peak_backlog"]}
         queues[owner] = max(ports["peak_backlog"])
     uplinks = {}
     for (tier, owner), lks in grp.items():
@@ -67,7 +74,7 @@ def result(plan, run_dir: Path) -> dict:
         ports = _ports(stats, cfgs, [(tor, agg) for _t, tor, agg in lks])  # a ToR names an uplink after its agg
         got = ports["bytes"]
         uplinks[owner] = {"links": [agg for _t, _tor, agg in lks], **ports,
-                          "ratio": _ratio(max(got), min(got)) if got else None,
+                          "ratio": _ratio(got),
                           "idle": sum(1 for b in got if b < 10_000)}  # a few BGP/BFD packets are not load
     # into each ToR from its aggs (the far ToRs' choice of agg decides these)
     intos = {}
@@ -87,7 +94,7 @@ def result(plan, run_dir: Path) -> dict:
             "hot_nic": hot, "nics": nics, "uplinks": uplinks, "into_tors": intos,
             "predicted_matches": sum(1 for v in nics.values() if v["ratio_predicted"] is not None
                                      and v["ratio"] is not None and _same_side(v)),
-            "port_series": _series(stats, cfgs, hot, t0) if hot else {}}
+            "port_series": _series(stats, cfgs, hot, plan.workload.rail, t0) if hot else {}}
 
 
 def _same_side(v: dict) -> bool:
@@ -98,11 +105,10 @@ def _same_side(v: dict) -> bool:
     return (b0 > b1) == (p0 > p1)
 
 
-def _series(stats: dict, cfgs: dict, nic_owner: str, t0: float) -> dict:
+def _series(stats: dict, cfgs: dict, nic_owner: str, rail: int, t0: float) -> dict:
     """The hot NIC's two ToR ports over time: Mbit/s and backlog (KB), for the Fig. 13/14 style plot."""
     out = {}
-    for tor in cfgs[nic_owner].nics[0].tors:
-        ifc = next(i.name for i in cfgs[tor].interfaces if i.peer == nic_owner)
+    for tor, ifc in _facing(cfgs, nic_owner, cfgs[nic_owner].nic(rail).tors):
         s = stats.get(tor, {})
         ts, by, bl = s.get("t", []), s.get("ifaces", {}).get(ifc, {}).get("bytes", []), \
             s.get("ifaces", {}).get(ifc, {}).get("backlog", [])
