@@ -62,6 +62,14 @@ class Variant(_Strict):
     probes: list[Probe] | None = Field(None, description="instead of the file's probes")
     workload: Workload | None = Field(None, description="instead of the file's workload")
     faults: list[dict[str, Any]] | None = Field(None, description="instead of the file's faults")
+    prober: dict[str, Any] | None = Field(None, description=(
+        "run the black-box prober (hpnlab.traffic.prober) through every repetition, with these settings ({} for "
+        "its defaults: rate, window_s, min_lost, ...); per fault: when it suspected and confirmed a link, and "
+        "which (default: off)"))
+    isolation: dict[str, Any] | None = Field(None, description=(
+        "take the prober's confirmed links out of service (hpnlab.traffic.isolation), with these settings ({} for "
+        "its defaults: action, max_isolations, window_s, hold_s); a gray fault's link is put back at its repair; "
+        "needs prober (default: off)"))
 
 
 class ExperimentFile(_Strict):
@@ -85,9 +93,11 @@ class Plan:
     """One variant, fully resolved: its lab spec, node configs, probes, workload and faults."""
 
     def __init__(self, name: str, description: str, spec: Spec, overrides: dict, cfgs: dict[str, NodeConfig],
-                 probes: list[Probe], workload: WorkloadParams, faults: list[faultmod.Fault]):
+                 probes: list[Probe], workload: WorkloadParams, faults: list[faultmod.Fault],
+                 prober: dict | None = None, isolation: dict | None = None):
         self.name, self.description, self.spec, self.overrides = name, description, spec, overrides
         self.cfgs, self.probes, self.workload, self.faults = cfgs, probes, workload, faults
+        self.prober, self.isolation = prober, isolation  # None: off (hpnlab.traffic.graywatch)
         self.flows: list[dict] = []  # elephant workload: this repetition's flows (from the path map)
         self.source: Path | None = None  # the experiment file (a command workload's {here} is its folder)
 
@@ -113,6 +123,18 @@ def node_configs(spec: Spec) -> dict[str, NodeConfig]:
 
     files = render.render(topology.build(spec))
     return {p.split("/")[0]: NodeConfig.model_validate_json(t) for p, t in files.items() if p.endswith("/node.json")}
+
+
+def check_gray(v: Variant, where: str) -> None:
+    """A variant's prober and isolation settings name only the services' own keys (one line, before a lab)."""
+    from hpnlab.traffic import isolation, prober
+
+    for key, given, known in (("prober", v.prober, prober.DEFAULTS), ("isolation", v.isolation, isolation.DEFAULTS)):
+        bad = sorted(set(given or {}) - set(known))
+        if bad:
+            raise SpecError(f"{where} {key}.{bad[0]}: unknown setting; use {', '.join(known)}")
+    if v.isolation is not None and v.prober is None:
+        raise SpecError(f"{where} isolation: isolates what the prober confirms; give prober too ({{}} for its defaults)")
 
 
 def find(name: str | Path) -> Path:
@@ -200,6 +222,7 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
                                 f"(until {'the end' if fa.until is None else f'{fa.until:g} s'} + {SETTLE:g} s "
                                 f"after its repair); give it at >= {(fa.until or doc.duration) + SETTLE:g} so loss "
                                 f"is attributed to the right fault")
-        plans.append(Plan(v.name, v.description, spec, v.spec, cfgs, probes, workload, fl))
+        check_gray(v, where)
+        plans.append(Plan(v.name, v.description, spec, v.spec, cfgs, probes, workload, fl, v.prober, v.isolation))
         plans[-1].source = p
     return Experiment(p, doc, plans)

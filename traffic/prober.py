@@ -273,6 +273,14 @@ class Prober:
                  "loss": d["loss"], "paths": d["paths"], "sent": d["sent"], "lost": d["lost"],
                  "suspect": lk in named} for lk, d in sorted(bounds.items())]
 
+    def totals(self) -> dict:
+        """Running totals (probes sent, the node programs' and the judge's CPU seconds) at this moment: an
+        experiment takes the difference over each repetition (hpnlab.traffic.graywatch). Read, not _read():
+        the judging thread reads the node programs' files; list() copies the counts in one step under the GIL."""
+        counts, cpu = list(self._counts.values()), list(self._cpu.values())
+        return {"t": time.time(), "sent": sum(v[0] for v in counts),
+                "node_cpu_s": sum(last - first for first, last in cpu), "judge_cpu_s": self._judge_cpu}
+
     def report(self) -> dict:
         end = self.stopped or time.time()
         span = max(1e-9, end - (self.started or end))
