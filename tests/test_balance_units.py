@@ -202,3 +202,64 @@ def test_linkstats_samples_this_namespace(tmp_path):
     assert r.returncode == 0
     s = json.loads((tmp_path / "s.json").read_text())
     assert len(s["t"]) >= 3 and len(s["ifaces"]["lo"]["bytes"]) == len(s["t"])
+
+
+# --- the all-reduce's placement disjoint (HPN's host-side selection for one peer's connections) --------------
+def _edge_rows(src: str, dst: str, sports, port_of, agg_of) -> list[dict]:
+    return [{"src": src, "dst": dst, "sport": s, "port": port_of(s), "tor": "?", "agg": agg_of(s), "dst_tor": "?"}
+            for s in sports]
+
+
+def test_spread_takes_both_ports_first_then_distinct_aggs_even_when_the_hash_favours_one_port():
+    # 20 of 24 probed ports hash onto r0p0: random sports would often put every connection on one plane
+    rows = _edge_rows("s1h1", "s0h0", range(100, 124), lambda s: "r0p0" if s < 120 else "r0p1", lambda s: f"agg{s % 3}")
+    for seed in range(20):
+        got = balance.spread(rows, 8, random.Random(seed))
+        ports = [r["port"] for r in got]
+        assert len({r["sport"] for r in got}) == 8
+        assert ports.count("r0p1") == 4 and ports.count("r0p0") == 4, ports  # r0p1 has only 4: all of them
+        on0 = [r["agg"] for r in got if r["port"] == "r0p0"]
+        assert len(set(on0)) == 3, on0  # 4 connections on 3 aggs: every agg used before one is used twice
+
+
+def test_spread_uses_unanswered_hops_only_by_their_first_hop_and_refuses_too_small_a_pool():
+    rows = _edge_rows("s0h0", "s0h1", range(10), lambda s: ["r0p0", "r0p1", ""][s % 3], lambda s: "?")
+    got = balance.spread(rows, 4, random.Random(1))
+    assert sorted(r["port"] for r in got) == ["r0p0", "r0p0", "r0p1", "r0p1"]  # a row without its port is never used
+    with pytest.raises(ValueError, match="7 answered source ports from s0h0 to s0h1; need 8"):
+        balance.spread(rows, 8, random.Random(1))
+
+
+def test_allreduce_placement_disjoint_binds_each_ranks_connections_to_ports_on_both_planes(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from hpnlab.traffic import experiment, nodetools, workloads
+    from hpnlab.traffic.workloads import allreduce
+
+    exp = experiment.load(experiment.find("link-failure"), ["dual-tor"], 1, None)
+    plan = exp.plans[0]
+    plan.workload = plan.workload.model_copy(update={"placement": "disjoint", "connections": 8})
+    asked = []
+
+    def fake_map(rt, cfgs, src, dsts, rail, sports, dport, proto):
+        asked.append((src, tuple(dsts), dport, proto, len(sports)))
+        ports = cfgs[src].nic(rail).ports
+        return _edge_rows(src, dsts[0], sports, lambda s: ports[0] if s % 5 else ports[1], lambda s: f"agg{s % 2}")
+
+    monkeypatch.setattr(nodetools, "path_map", fake_map)
+    kind = workloads.get("allreduce")
+    got = kind.prepare_variant(SimpleNamespace(runtime=None, cfgs=plan.cfgs), plan, tmp_path, lambda s: None)
+    ring = plan.ring()
+    assert sorted(a[0] for a in asked) == sorted(ring)  # one probe per ring edge, to the next rank
+    assert {a[2:] for a in asked} == {(allreduce.RING_PORT, "tcp", 32)}  # the ring's port: the hash sees it
+    procs = kind.launch(plan, tmp_path, 100.0, 5.0)
+    for p in procs:
+        sports = [int(s) for s in p["argv"][p["argv"].index("--sports") + 1].split(",")]
+        placed = got["placement"]["0"][p["node"]]
+        assert [x["sport"] for x in placed] == sports and len(sports) == 8
+        assert sorted(x["port"] for x in placed).count(plan.cfgs[p["node"]].nic(0).ports[1]) == 4
+    assert json.loads((tmp_path / "pathmap.json").read_text())  # the probed map is kept beside the reports
+    plan.workload = plan.workload.model_copy(update={"placement": "hash"})
+    plan.sports = {}
+    assert kind.prepare_variant(None, plan, tmp_path, lambda s: None) == {}
+    assert all("--sports" not in p["argv"] for p in kind.launch(plan, tmp_path, 100.0, 5.0))

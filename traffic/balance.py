@@ -124,6 +124,29 @@ def choose(by_pair: dict, cfgs: dict, flows_per_peer: int, select: str, rng: ran
     return flows
 
 
+def spread(cands: list[dict], n: int, rng: random.Random) -> list[dict]:
+    """``n`` of one host pair's probed source ports for one peer's connections, spread over the sender's
+    ports (in a dual-plane fabric, its planes) first and over the aggs within a port next, ties broken at
+    random: HPN's host-side selection for the connections of one peer. A row needs only its first hop
+    (``port``): within a dual-ToR set the path has no agg."""
+    rows = [r for r in cands if r.get("port")]
+    if len(rows) < n:
+        raise ValueError(f"path map has {len(rows)} answered source ports from {cands[0]['src'] if cands else '?'}"
+                         f"{' to ' + cands[0]['dst'] if cands else ''}; need {n}: probe a larger pool")
+    left = list(rows)
+    rng.shuffle(left)
+    per_port: dict[str, int] = {}
+    per_agg: dict[tuple[str, str], int] = {}
+    picked = []
+    for _ in range(n):
+        best = min(left, key=lambda r: (per_port.get(r["port"], 0), per_agg.get((r["port"], r.get("agg", "?")), 0)))
+        left.remove(best)
+        picked.append(best)
+        per_port[best["port"]] = per_port.get(best["port"], 0) + 1
+        per_agg[(best["port"], best.get("agg", "?"))] = per_agg.get((best["port"], best.get("agg", "?")), 0) + 1
+    return picked
+
+
 def loads(flows: list[dict]) -> dict[tuple[str, str, str], int]:
     out: dict[tuple[str, str, str], int] = {}
     for f in flows:

@@ -99,6 +99,7 @@ class Plan:
         self.cfgs, self.probes, self.workload, self.faults = cfgs, probes, workload, faults
         self.prober, self.isolation = prober, isolation  # None: off (hpnlab.traffic.graywatch)
         self.flows: list[dict] = []  # elephant workload: this repetition's flows (from the path map)
+        self.sports: dict[tuple[int, str], list[int]] = {}  # all-reduce placement disjoint: (rail, host) -> bound ports
         self.source: Path | None = None  # the experiment file (a command workload's {here} is its folder)
 
     def host_ip(self, host: str, rail: int) -> str:

@@ -5,6 +5,7 @@ completed that long after it began aborts, and from the first abort on the job i
 that say "dead", not "not back yet")."""
 
 import json
+import random
 import sys
 from typing import Literal
 
@@ -34,6 +35,11 @@ class AllReduceParams(WorkloadParams):
     rails: list[int] | None = Field(None, min_length=1, description=(
         "concurrent rings, one per listed rail, each reducing size_kb / len(rails) (the paper's Multi-AllReduce); "
         "an iteration ends when every rail's ring has done it (default: one ring on workload.rail)"))
+    placement: Literal["hash", "disjoint"] = Field("hash", description=(
+        "each connection's source port: hash (the kernel's choice, so the hash alone places it: now and then "
+        "all of a peer's connections share one plane) or disjoint (from a path map probed once per variant, "
+        "spread over the host's ports (planes) first, then over the aggs: HPN's host-side path selection, "
+        "App. B)"))
     fabric_bytes: bool = Field(False, description=(
         "sample every ToR's uplinks (hpnlab.node.linkstats, every 0.5 s) and report the bytes that crossed the "
         "agg tier per iteration against the ring's 2(n-1)/n x size per crossing edge"))
@@ -65,6 +71,47 @@ class AllReduce(WorkloadKind):
             out[rail] = rings.order_ring(hosts, {h: plan.cfgs[h].nic(rail).subnet for h in hosts}, w.order, w.seed)
         return out
 
+    def prepare_variant(self, lab, plan, raw, progress):
+        """placement disjoint: probe each ring edge's source ports once (the lab does not change between
+        repetitions) and keep, per rank, the ports its connections bind."""
+        w = plan.workload
+        if w.placement != "disjoint":
+            return {}
+        from concurrent.futures import ThreadPoolExecutor
+
+        from hpnlab.traffic import balance
+        from hpnlab.traffic.nodetools import path_map
+
+        pool = max(16, 4 * w.connections)
+        sports = list(range(PLACED_SPORT, PLACED_SPORT + pool))
+        edges = [(k, rail, ring[i], ring[(i + 1) % len(ring)]) for k, (rail, ring) in enumerate(self.rings(plan).items())
+                 for i in range(len(ring))]
+        progress(f"{plan.name}: probing {pool} source ports on each of {len(edges)} ring edges (placement disjoint)")
+
+        def one(e):
+            k, rail, src, dst = e
+            return e, path_map(lab.runtime, lab.cfgs, src, [dst], rail, sports, self.port(w, k), "tcp")
+
+        with ThreadPoolExecutor(max_workers=4) as ex:
+            probed = list(ex.map(one, edges))
+        plan.sports = {}
+        placed = {}
+        for (k, rail, src, dst), rows in probed:
+            try:
+                picked = balance.spread(rows, w.connections, random.Random(1))
+            except ValueError as e:
+                raise SpecError(f"{plan.name} workload.placement: {e}") from None
+            plan.sports[(rail, src)] = [r["sport"] for r in picked]
+            placed.setdefault(str(rail), {})[src] = [{"sport": r["sport"], "port": r["port"], "agg": r["agg"]} for r in picked]
+        raw.mkdir(parents=True, exist_ok=True)
+        (raw / "pathmap.json").write_text(json.dumps([r for _e, rows in probed for r in rows]))
+        return {"placement": placed}
+
+    @staticmethod
+    def port(w, k: int) -> int:
+        """The port ring k listens on."""
+        return RAIL_PORT + 10 * k if w.rails is not None else RING_PORT
+
     def launch(self, plan, run_dir, t0, duration):
         w = plan.workload
         multi = w.rails is not None
@@ -81,6 +128,8 @@ class AllReduce(WorkloadKind):
                                        "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
                                        "--congestion", w.congestion, "--out", out]
                               + (["--port", str(RAIL_PORT + 10 * k)] if multi else [])
+                              + (["--sports", ",".join(map(str, plan.sports[(rail, h)]))]
+                                 if (rail, h) in plan.sports else [])
                               + (["--timeout", f"{w.timeout_s:g}"] if w.timeout_s is not None else []) + dscp_args(w)})
         if w.fabric_bytes:
             for n, c in sorted(plan.cfgs.items()):
@@ -199,6 +248,8 @@ class AllReduce(WorkloadKind):
         return out
 
 
+RING_PORT = 17000  # one ring: the node program's default port
+PLACED_SPORT = 27000  # placement disjoint: the probed source ports begin here (below the ephemeral range, 32768 on)
 RAIL_PORT = 17100  # concurrent rings: rail k's ring listens on RAIL_PORT + 10 k (one ring: the node's default)
 
 
