@@ -74,6 +74,8 @@ class Flow:
     dups: int
     reordered: int
     gaps: list[Gap] = field(default_factory=list)
+    # reorder distance -> late packets (None: a receiver's report from before hpnlab recorded them)
+    distances: dict[int, int] | None = None
 
     @property
     def lost(self) -> int:
@@ -87,8 +89,12 @@ def flows_of(stream: str, sender: dict, receiver: dict) -> list[Flow]:
     out = []
     for i, sent in enumerate(sender["sent"]):
         r = rx.get(i, {"received": 0, "max_seq": -1, "dups": 0, "reordered": 0, "last_tx": 0, "gaps": []})
-        fl = Flow(stream, i, sent, r["received"], r["dups"], r["reordered"])
-        for after, before, tx_from, tx_to, _rx_from, _rx_to in r["gaps"]:
+        fl = Flow(stream, i, sent, r["received"], r["dups"], r["reordered"],
+                  distances={d: n for d, n in r["reorder_distances"]} if "reorder_distances" in r else None)
+        for g in r["gaps"]:
+            after, before, tx_from, tx_to = g[:4]
+            if len(g) > 6 and g[6] == 0:  # every packet of it arrived, late (the receiver's count): reordering
+                continue
             start = tx_from / 1e9 if after >= 0 else sender["start"] - interval
             fl.gaps.append(Gap(start, tx_to / 1e9, before - after - 1, interval))
         if r["max_seq"] < sent - 1:  # the tail never arrived (still broken at the end, or nothing at all)
@@ -164,6 +170,36 @@ def totals(flows: list[Flow]) -> dict:
     return {"sent": sum(f.sent for f in flows), "received": sum(f.received for f in flows),
             "lost": sum(f.lost for f in flows), "dups": sum(f.dups for f in flows),
             "reordered": sum(f.reordered for f in flows)}
+
+
+def reordering(flows: list[Flow]) -> dict:
+    """One stream's reordering as its receiver saw it: the share of the packets received that arrived after a
+    later packet of their flow (``out_of_order_pct``), and the reorder distance of those late packets, in
+    packets: how many sequence numbers below their flow's highest so far they arrived (max, median, p99;
+    0 and None when nothing arrived late; None for all three when the reports kept no distances)."""
+    received, late = sum(f.received for f in flows), sum(f.reordered for f in flows)
+    out = {"out_of_order_pct": round(100 * late / received, 3) if received else None,
+           "distance_max": None, "distance_median": None, "distance_p99": None}
+    if any(f.distances is None for f in flows if f.reordered):
+        return out
+    hist: dict[int, int] = {}
+    for f in flows:
+        for d, n in (f.distances or {}).items():
+            hist[d] = hist.get(d, 0) + n
+    if not hist:
+        return {**out, "distance_max": 0}
+    return {**out, "distance_max": max(hist), "distance_median": _rank(hist, 0.5), "distance_p99": _rank(hist, 0.99)}
+
+
+def _rank(hist: dict[int, int], q: float) -> int:
+    """The q-quantile of a histogram {value: count} (nearest rank: the smallest value with at least q of the
+    counts at or below it)."""
+    need, seen = q * sum(hist.values()), 0
+    for d in sorted(hist):
+        seen += hist[d]
+        if seen >= need:
+            return d
+    return max(hist)
 
 
 def route_changes(events: list[dict], start: float, window_end: float) -> dict:

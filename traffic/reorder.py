@@ -10,6 +10,9 @@ the difference.
 - ``retrans``: segments retransmitted (TcpRetransSegs) of ``out`` sent (TcpOutSegs), and ``retrans_ppm`` per
   million sent;
 - ``ofo``: segments the receiver queued out of order (TcpExtTCPOFOQueue), counted on the receiving host.
+
+The probes' own reordering (UDP, no retransmission to hide it) is hpnlab.traffic.measure.reordering per run;
+``probes_aggregate`` takes it over the repetitions.
 """
 
 from __future__ import annotations
@@ -79,6 +82,22 @@ def aggregate(runs: list[dict]) -> dict | None:
     return {k: summarise([x.get(k) for x in rows]) for k in FIGURES} if rows else None
 
 
+PROBE_FIGURES = ("out_of_order_pct", "distance_max", "distance_median", "distance_p99")
+
+
+def probes_aggregate(runs: list[dict]) -> dict | None:
+    """Each probe stream's reordering over the repetitions (hpnlab.traffic.measure.reordering per run):
+    {stream: {figure: {n, min, median, max}}} (None: no run had probes)."""
+    from hpnlab.traffic.measure import summarise
+
+    names = [n for r in runs for n in (r.get("probes") or {})]
+    if not names:
+        return None
+    rows = {n: [r["probes"][n].get("reorder") or {} for r in runs if n in (r.get("probes") or {})]
+            for n in dict.fromkeys(names)}
+    return {n: {k: summarise([x.get(k) for x in xs]) for k in PROBE_FIGURES} for n, xs in rows.items()}
+
+
 def _mm(st: dict | None) -> str:
     if not st or st.get("median") is None:
         return "-"
@@ -89,10 +108,25 @@ def summary_lines(results: dict) -> list[str]:
     """summary.txt's lines on TCP: per variant, median [min-max] over the repetitions, all hosts summed."""
     rows = [(name, v["tcp"]) for name, v in results.get("variants", {}).items() if v.get("tcp")]
     if not rows:
-        return []
+        return probe_lines(results)
     out = ["", "TCP over all hosts (median [min-max] per repetition): segments retransmitted (per million sent), "
                "spurious (DSACKed), reorder events, out-of-order queued at the receivers"]
     for name, t in rows:
         out.append(f"  {name}: retrans {_mm(t['retrans'])} ({_mm(t['retrans_ppm'])} ppm), spurious {_mm(t['spurious'])}, "
                    f"reorder events {_mm(t['reorder_events'])}, ofo {_mm(t['ofo'])}")
+    return out + probe_lines(results)
+
+
+def probe_lines(results: dict) -> list[str]:
+    """summary.txt's lines on the probes' reordering: only streams that saw any (a hashed fabric keeps every
+    flow on one path, and its summary stays as it was)."""
+    rows = [(name, s, f) for name, v in results.get("variants", {}).items()
+            for s, f in (v.get("probe_reorder") or {}).items() if (f["out_of_order_pct"].get("max") or 0) > 0]
+    if not rows:
+        return []
+    out = ["", "probes arriving out of order (median [min-max] per repetition): % of the packets received, and the "
+               "reorder distance of the late ones in packets of their flow (max, p99)"]
+    for name, s, f in rows:
+        out.append(f"  {name} {s}: {_mm(f['out_of_order_pct'])} %, distance max {_mm(f['distance_max'])}, "
+                   f"p99 {_mm(f['distance_p99'])}")
     return out

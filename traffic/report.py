@@ -88,7 +88,8 @@ def repetition_result(rep: dict, plan: Plan, streams: dict[str, list[measure.Flo
     probes = {}
     for name, v in streams.items():
         tx = senders[name]
-        probes[name] = {**measure.totals(v), "src": tx["src"], "dst": tx["dst"], "flows": tx["flows"],
+        probes[name] = {**measure.totals(v), "reorder": measure.reordering(v), "src": tx["src"], "dst": tx["dst"],
+                        "flows": tx["flows"],
                         "requested_pps": tx["requested_pps"], "achieved_pps": tx["achieved_pps"],
                         "rate_error_pct": round(100 * (tx["achieved_pps"] - tx["requested_pps"]) / tx["requested_pps"], 2),
                         "max_lag_ms": tx["max_lag_ms"], "unsent": tx.get("unsent", 0),

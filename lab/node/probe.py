@@ -2,7 +2,8 @@
 
 A sender runs many flows (one UDP socket per source port, so every ECMP path is covered) at a fixed
 rate per flow; each packet carries (flow, seq, send time). The receiver records per flow every gap,
-duplicate and reordering with the send times around it, and a 10 ms delivery histogram for plots.
+duplicate and reordering with the send times around it, each late packet's reorder distance (how many
+sequence numbers below the flow's highest so far it arrived), and a 10 ms delivery histogram for plots.
 Both run inside host namespaces (``python -m hpnlab.node.probe send|recv ...``) and write one JSON report.
 Clocks: time.time_ns() is the same clock in every namespace of one machine, so sender, receiver and
 the route monitor's timestamps compare directly.
@@ -102,7 +103,7 @@ def send(src: str, dst: str, dport: int, flows: int, rate: float, duration: floa
 
 # --- receiver ------------------------------------------------------------------------------------------
 class FlowRx:
-    __slots__ = ("seen", "max_seq", "last_tx", "last_rx", "received", "dups", "reordered", "gaps")
+    __slots__ = ("seen", "max_seq", "last_tx", "last_rx", "received", "dups", "reordered", "late", "gaps")
 
     def __init__(self) -> None:
         self.seen = bytearray()
@@ -112,6 +113,7 @@ class FlowRx:
         self.received = 0
         self.dups = 0
         self.reordered = 0
+        self.late: dict[int, int] = {}  # reorder distance -> packets: how many sequence numbers behind the highest
         self.gaps: list[list[int]] = []  # [after_seq, before_seq, tx_from_ns, tx_to_ns, rx_from_ns, rx_to_ns]
 
     def add(self, seq: int, tx: int, rx: int) -> None:
@@ -124,12 +126,19 @@ class FlowRx:
         self.received += 1
         if seq < self.max_seq:
             self.reordered += 1
+            d = self.max_seq - seq  # a later packet of the flow overtook this one by d sequence numbers
+            self.late[d] = self.late.get(d, 0) + 1
             return
         if seq > self.max_seq + 1 and self.max_seq >= 0:
             self.gaps.append([self.max_seq, seq, self.last_tx, tx, self.last_rx, rx])
         elif seq > 0 and self.max_seq < 0:  # the first packets never arrived
             self.gaps.append([-1, seq, 0, tx, 0, rx])
         self.max_seq, self.last_tx, self.last_rx = seq, tx, rx
+
+    def final_gaps(self) -> list[list[int]]:
+        """Every gap with a 7th value: how many of its packets never arrived. 0: all of them came late, overtaken
+        by the packet that opened the gap (spraying does this): reordering, not loss."""
+        return [g + [sum(1 for q in range(g[0] + 1, g[1]) if not self.seen[q])] for g in self.gaps]
 
 
 def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dict:
@@ -165,7 +174,8 @@ def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dic
     s.close()
     return {"kind": "receiver", "bind": bind, "port": port, "bin_ms": BIN_MS,
             "flows": [{"src": a, "flow": f, "received": fr.received, "max_seq": fr.max_seq, "dups": fr.dups,
-                       "reordered": fr.reordered, "last_tx": fr.last_tx, "gaps": fr.gaps}
+                       "reordered": fr.reordered, "reorder_distances": sorted(fr.late.items()),
+                       "last_tx": fr.last_tx, "gaps": fr.final_gaps()}
                       for (a, f), fr in sorted(flows.items())],
             "bins": {a: sorted(b.items()) for a, b in bins.items()}, "interrupted": stop.flag}
 
