@@ -23,7 +23,7 @@ from hpnlab.proc import kill_pids
 from hpnlab.progress import Progress, as_progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import measure, nodebytes, reorder, report, routemon, timeline, workloads
+from hpnlab.traffic import graywatch, grayfigures, measure, nodebytes, reorder, report, routemon, timeline, workloads
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
@@ -45,9 +45,11 @@ def launch_plan(plan: Plan, run_dir: Path, t0: float, duration: float) -> list[d
 class Repetition:
     """One run of one variant on a running lab: processes, monitors and faults, all cleaned up."""
 
-    def __init__(self, lab: Lab, plan: Plan, run_dir: Path, duration: float, progress: Progress, label: str):
+    def __init__(self, lab: Lab, plan: Plan, run_dir: Path, duration: float, progress: Progress, label: str,
+                 watch: graywatch.Watch | None = None):
         self.lab, self.plan, self.dir, self.duration, self.progress, self.label = \
             lab, plan, run_dir, duration, progress, label
+        self.watch = watch  # the variant's prober (and isolator): this repetition's share is prober.json
         self.procs: list[tuple[dict, subprocess.Popen]] = []
         self.monitors: list[tuple[str, subprocess.Popen]] = []  # the route watcher (and ip monitor on c9s)
         self.timeline: list[dict] = []
@@ -85,6 +87,8 @@ class Repetition:
         # every host's TCP counters before and after: the run's retransmissions and reordering (read before
         # t0 is set, so the reads never eat into the processes' start slack)
         tcp_before = reorder.read_hosts(self.lab.runtime, self.lab.hosts)
+        if self.watch is not None:
+            self.watch.begin()
         t0 = time.time() + START_SLACK + workloads.get(self.plan.workload.kind).lead(self.plan.workload)
         plan = launch_plan(self.plan, self.dir, t0, self.duration)
         moments, nodes = nodebytes.plan_moments(self.plan.faults, self.plan.cfgs, t0, self.duration)
@@ -114,12 +118,16 @@ class Repetition:
                 if f.until is not None and now >= t0 + f.until:
                     self.lab.revert_fault(f)
                     active.remove(f)
+                    if self.watch is not None:
+                        self.watch.repaired(f)
             if now >= end or (not pending and not active and workloads.get(self.plan.workload.kind).done(self.procs)):
                 break
             note = ", ".join(f.label for f in active) or "no fault active"
             self.progress.bar(self.label, max(0.0, now - t0), self.duration, note)
             self._check_procs()
             time.sleep(0.005)
+        if self.watch is not None:  # its isolations back in service, before the runner's own faults go
+            self.watch.end(self.dir)
         self.lab.revert_faults()  # faults that last to the end of the run
         self.progress.end_bar()
         deadline = time.monotonic() + 20
@@ -147,6 +155,8 @@ class Repetition:
 
     def cleanup(self) -> None:
         with shielded("reverting the faults and stopping the traffic"):
+            if self.watch is not None:  # a failed repetition's isolations back (after _run's end(): nothing left)
+                self.watch.end(self.dir)
             self.lab.revert_faults()
             if self.counters is not None:
                 self.counters.stop()
@@ -182,6 +192,9 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
                                    _json_or_empty(run_dir / "nodebytes.json"))
     tcp = reorder.of_run(_json_or_empty(run_dir / "tcpstats.json"))  # none in a run from before it was read
     keepers = _json_or_empty(run_dir / "spray.json")
+    # gray faults' figures, and the prober's where the variant ran it (prober.json, hpnlab.traffic.graywatch)
+    grayfigures.add_to_run(res, rep, _json_or_empty(run_dir / "prober.json"), workload,
+                           plan.cfgs if plan is not None else {})
     return {**res, **({"tcp": tcp} if tcp else {}), **({"spray": keepers} if keepers else {})}
 
 
@@ -228,6 +241,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
                 v = results["variants"].get(plan.name)
                 if v is not None:
                     v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+                    grayfigures.aggregate_into(v)
                     v["congestion"] = congestion_record(plan, v["runs"])
             results["provenance"].update(provenance.summarise(results["variants"]))
             results["probe_rate"] = report.probe_rates([r for v in results["variants"].values() for r in v["runs"]])
@@ -299,8 +313,13 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
         lab = None
     if lab is not None:
         v.update({k: x for k, x in lab.info.items() if k != "runtime"})
+        watch = None
         try:
             v.update(kind.prepare_variant(lab, plan, raw, progress))
+            if plan.prober is not None:
+                progress(f"variant {plan.name}: planning the prober's paths and starting it")
+                watch = graywatch.Watch(lab, plan.prober, plan.isolation)
+                v["prober"] = watch.start()
             for k in range(doc.repetitions):
                 label = f"{plan.name} {k + 1}/{doc.repetitions}"
                 if k:
@@ -312,7 +331,7 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
                 kind.prepare_repetition(plan, raw, run_dir, k)
                 progress(f"{label}: running {doc.duration:g} s, faults: "
                          f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
-                rep = Repetition(lab, plan, run_dir, doc.duration, progress, label).run()
+                rep = Repetition(lab, plan, run_dir, doc.duration, progress, label, watch).run()
                 (run_dir / "run.json").write_text(json.dumps(rep))  # timeline, for re-analysis of raw/
                 v["runs"].append(collect(rep, plan, run_dir))
         except RuntimeFailure as e:
@@ -320,6 +339,8 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
             progress(f"variant {plan.name} failed: {e}")
         finally:
             with shielded("taking the lab down"):
+                if watch is not None:
+                    watch.stop()
                 keep_logs(lab, raw / "logs")
                 progress(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
                 lab.down(progress)
@@ -332,6 +353,7 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
         v["probe_reorder"] = probe_reorder
     v["congestion"] = congestion_record(plan, v["runs"])
     v.update(kind.aggregate(v["runs"]))
+    grayfigures.aggregate_into(v)
 
 
 def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
@@ -349,6 +371,7 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
         table = "\n".join([table, *(line for name, v in results["variants"].items()
                                     for line in workloads.get(workload_of(v)).summary_lines(name, v))])
     table = "\n".join([table, *reorder.summary_lines(results)])  # none for a run before tcpstats were read
+    table = "\n".join([table, *grayfigures.summary_lines(results)])  # none without a variant with the prober
     (out / "summary.txt").write_text(table + "\n")
     if timeline.plot(results, out / "timeline.png") is None:  # nothing converged, or no matplotlib
         (out / "timeline.png").unlink(missing_ok=True)  # not an earlier run's picture beside these results
@@ -420,6 +443,7 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
         if probe_reorder:
             v["probe_reorder"] = probe_reorder
         v.update(workloads.get(plan.workload.kind).reanalyse(v, out / "raw" / plan.name, plan, runs))
+        grayfigures.aggregate_into(v)
         if isinstance(v.get("congestion"), dict):  # what the run asked for, even if the file changed since
             v["congestion"] = congestion_record(plan, runs, v["congestion"].get("requested"))  # (older: none)
     old["probe_rate"] = report.probe_rates([r for v in old["variants"].values() for r in v["runs"]])
