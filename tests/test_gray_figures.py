@@ -134,3 +134,23 @@ def test_experiment_keys_are_checked_before_a_lab(tmp_path):
             experiment.load(p)
     p.write_text(base)
     assert experiment.load(p).plans[0].prober is None  # off unless given
+
+
+def test_merging_a_run_made_in_parts():
+    """bench/merge_results.py: every part's variants, each part's provenance kept; one experiment only."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("merge_results_bench", ROOT / "bench" / "merge_results.py")
+    mr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mr)
+    a = {"experiment": "gray-failure", "started": 10.0, "finished": 20.0, "provenance": {"commit": "c1", "dirty": False},
+         "variants": {"bfd-uplink": {"runs": []}}}
+    b = {"experiment": "gray-failure", "started": 30.0, "finished": 45.0, "provenance": {"commit": "c2", "dirty": True},
+         "variants": {"fault-free": {"runs": []}}}
+    m = mr.merge([a, b], ["A", "B"])
+    assert list(m["variants"]) == ["bfd-uplink", "fault-free"] and (m["started"], m["finished"]) == (10.0, 45.0)
+    assert [(p["from"], p["commit"], p["dirty"]) for p in m["parts"]] == [("A", "c1", False), ("B", "c2", True)]
+    with pytest.raises(SystemExit, match="different experiments"):
+        mr.merge([a, {**b, "experiment": "dlb"}], ["A", "B"])
+    with pytest.raises(SystemExit, match="in more than one part"):
+        mr.merge([a, a], ["A", "A2"])
