@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = [("link-failure", []), ("torch-link-failure", []), ("tor-failure", []), ("tor-hang-holddown", []), ("one-way-failure", []),
                ("link-flap", []), ("repair-delay", []), ("stacked-vs-nonstacked", []), ("ablations", []), ("fare", []),
                ("load-balance", []), ("agg-failure", []), ("link-failure-segment", []), ("crux", []),
-               ("ring-order", []), ("dlb", []), ("gray-failure", [])]
+               ("ring-order", []), ("dlb", []), ("gray-failure", []), ("dlb-allreduce", [])]
 
 
 def main(argv: list[str] | None = None) -> int:
