@@ -8,7 +8,8 @@ every PID the lab had (agents, FRR daemons, anything in its namespaces) is check
     sudo .venv/bin/python bench/down.py --deployed-only --runs 1 SPEC
 
 deploys without waiting for health (for labs too large to converge here, e.g. the paper's full segment),
-lets it run --settle seconds, then times `down` the same way.
+lets it run --settle seconds, then times `down` the same way. With --json FILE the rows are written there
+with the provenance (results/down/ holds the shipped ones: down-default.json, down-segment.json).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--deployed-only", action="store_true", help="deploy without waiting for health")
     ap.add_argument("--settle", type=float, default=30.0, help="seconds a --deployed-only lab runs before down")
+    ap.add_argument("--json", type=Path, help="write the rows to this file")
     args = ap.parse_args()
     report = []
     for spec in args.specs:
@@ -96,6 +98,12 @@ def main() -> int:
         print(f"{sp.name}: {len(pids)} processes; down {row['down_s_min']}/{row['down_s_median']}/{row['down_s_max']} s "
               f"(min/median/max of {args.runs}, whole command incl. Python start); alive after return: {left}")
     print(json.dumps(report))
+    if args.json:
+        from hpnlab import provenance
+
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"provenance": provenance.collect(), "measured": report}, indent=1) + "\n")
+        print(f"wrote {args.json}")
     return 0
 
 

@@ -41,7 +41,7 @@ def measure(spec: str | None, runs: int, runtime: str) -> dict | None:
     from hpnlab.spec import load_spec
 
     sp = load_spec(spec)
-    times, own = [], []
+    times, own, memory = [], [], {}
     for i in range(runs):
         argv = [sys.executable, "-m", "hpnlab.cli", "up", "--json", "--timeout", "300", "--runtime", runtime] + \
             ([spec] if spec else [])
@@ -61,8 +61,13 @@ def measure(spec: str | None, runs: int, runtime: str) -> dict | None:
 
             rt, _ = open_lab(sp.name)
             per_router: dict[str, list[int]] = {}
+            per_daemon: dict[str, list[int]] = {}
             for pid, ns in rt.frr_pids().items():
                 r_, p_ = mem_kb(pid)
+                try:
+                    per_daemon.setdefault(Path(f"/proc/{pid}/comm").read_text().strip(), []).append(p_)
+                except OSError:
+                    pass
                 per_router.setdefault(ns, [0, 0])
                 per_router[ns][0] += r_
                 per_router[ns][1] += p_
@@ -85,13 +90,18 @@ def measure(spec: str | None, runs: int, runtime: str) -> dict | None:
                 if vals:
                     print(f"  {role} agent: RSS max {max(v[0] for v in vals) / 1024:.1f} MB, "
                           f"PSS max {max(v[1] for v in vals) / 1024:.1f} MB")
+            # PSS, mean per process of each kind (shared pages split between their users), after the last run
+            memory = {"pss_mean_mib": {**{d: round(sum(v) / len(v) / 1024, 1) for d, v in sorted(per_daemon.items())},
+                                       **{f"{role}_agent": round(sum(p for _, p in v) / len(v) / 1024, 1)
+                                          for role, v in agents.items() if v}},
+                      "router_pss_mean_mib": round(sum(rp) / len(rp), 1), "routers": len(rp)}
         subprocess.run([sys.executable, "-m", "hpnlab.cli", "down", "--lab", sp.name], cwd=ROOT,
                        capture_output=True)
     ok = [t for t in own if t is not None]
     return {"spec": spec or "default", "runtime": runtime, "runs": len(times),
             "command_s": [round(t, 2) for t in times], "up_verified_s": ok,
             "up_verified_min_s": min(ok, default=None), "up_verified_median_s": sorted(ok)[len(ok) // 2] if ok else None,
-            "up_verified_max_s": max(ok, default=None)}
+            "up_verified_max_s": max(ok, default=None), "memory": memory}
 
 
 def main() -> int:

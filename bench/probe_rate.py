@@ -4,6 +4,7 @@
 Two throw-away namespaces joined by one veth (no lab, no FRR), sender and receiver from hpnlab.node.probe at
 several total rates; prints requested vs achieved rate, the worst lag behind schedule, and loss.
 Needs root. Usage: sudo .venv/bin/python bench/probe_rate.py [--seconds 5] [--rates 5000,10000,20000]
+[--json results/probe-rate/probe-rate.json] (the rows with the provenance; the shipped file is named here)
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--rates", default="2000,5000,10000,20000")
     p.add_argument("--flows", type=int, default=64)
+    p.add_argument("--json", type=Path, help="write the rows to this file")
     a = p.parse_args()
     teardown()
     setup()
@@ -77,6 +79,13 @@ def main() -> int:
     finally:
         teardown()
     print(json.dumps({"probe_rate": rows}))
+    if a.json:
+        from hpnlab import provenance
+
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps({"provenance": provenance.collect(), "seconds": a.seconds,
+                                      "probe_rate": rows}, indent=1) + "\n")
+        print(f"wrote {a.json}")
     return 0
 
 

@@ -13,7 +13,8 @@ IPMininet has no dual-ToR hosts (each host NIC is a single-homed Mininet host on
 LACP agents, no ARP-to-/32 routes and no reachability check; hpnlab's "verified" includes all of those.
 Memory: PSS of zebra + bgpd per router, mean, taken when each side is up.
 
-Results: results/scale/vs-ipmininet.json.
+Results: results/scale/vs-ipmininet.json. `--table` prints them as docs/scale.md's side-by-side table
+(tests/test_docs.py checks that the page holds it as generated).
 """
 
 from __future__ import annotations
@@ -116,13 +117,37 @@ def hpnlab_once(nodes: int) -> dict:
             "bgpd_pss_mib": m.get("frr_daemon_mean_mib", {}).get("bgpd"), "timers": rec.get("timers")}
 
 
+def table(records: list[dict]) -> str:
+    """The records as a Markdown table, one row per rung: medians, then every run (the ratio per run from the
+    two times, to three places, so that runs the file rounds alike stay apart)."""
+    rows = ["| nodes | hpnlab up → verified, median (each run) | IPMininet start → every route, median (each run) | "
+            "ratio, median | ratio, each run | zebra + bgpd PSS ratio, median |", "|" + "---|" * 6]
+    for n in sorted({r["nodes"] for r in records}):
+        rs = sorted((r for r in records if r["nodes"] == n), key=lambda r: r["run"])
+        up = [r["hpnlab"]["up_s"] for r in rs]
+        ipm = [r["ipmininet"]["converged_s"] for r in rs]
+        ratio = [u / i for u, i in zip(up, ipm)]
+        pss = [r["router_pss_ratio"] for r in rs if r.get("router_pss_ratio")]
+        rows.append(f"| {n} | {statistics.median(up):.1f} s ({' / '.join(f'{x:.2f}' for x in up)}) | "
+                    f"{statistics.median(ipm):.1f} s ({' / '.join(f'{x:.2f}' for x in ipm)}) | "
+                    f"{statistics.median(ratio):.3f}× | {' / '.join(f'{x:.3f}' for x in ratio)} | "
+                    f"{f'{statistics.median(pss):.2f}×' if pss else '-'} |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ipmininet-python", required=True, help="a Python that imports ipmininet")
+    ap.add_argument("--ipmininet-python", help="a Python that imports ipmininet (required unless --table)")
+    ap.add_argument("--table", action="store_true", help="print --out's runs as a Markdown table and exit")
     ap.add_argument("--rungs", default="32,48", help="node counts from bench/scale.py (default 32,48)")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "results" / "scale" / "vs-ipmininet.json"))
     a = ap.parse_args()
+    if a.table:
+        print(table(json.loads(Path(a.out).read_text())))
+        return 0
+    if not a.ipmininet_python:
+        ap.error("--ipmininet-python is required (a Python that imports ipmininet)")
     import scale
 
     if os.geteuid() != 0:
