@@ -1,6 +1,6 @@
 """Concurrent jobs without root: the experiment file's jobs (fuzzed specs fail in one line, exit 2), the
-policies' assignments on a synthetic path map, per-job figures, and the all-reduce's compute phase on
-loopback."""
+policies' assignments on a synthetic path map, per-job figures, all-to-all jobs (their pairs, bytes and
+intensity), and the all-reduce's and the all-to-all's compute phases on loopback."""
 
 import json
 import random
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import experiment, policies
+from hpnlab.traffic import crux, experiment, policies
 from hpnlab.traffic.workloads import jobs as jobsmod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,3 +246,102 @@ def test_a_ring_with_a_compute_phase_waits_it_out_each_iteration_and_stops_at_it
     f = jobsmod.job_figures(reps, 0.1)
     # 8 x 100 ms of compute; a busy 2-core machine stretches the wall time, hence the margin
     assert f["iteration_ms"]["min"] >= 99 and 0.5 < f["gpu_util"] <= 1.0
+
+
+# --- all-to-all jobs ---------------------------------------------------------------------------------------
+A2A = ("{name: moe, collective: alltoall, hosts: [s0h0, s0h1, s1h0, s1h1], compute_ms: 100, size_kb: 1024, "
+       "connections: 1}")
+RING = "{name: ring, hosts: [s0h0, s0h1, s1h0, s1h1], compute_ms: 100, size_kb: 1024, connections: 1}"
+
+
+def _a2a_plan(tmp_path, jobs=A2A):
+    return experiment.load(_write(tmp_path, f"{{kind: jobs, jobs: [{jobs}]}}")).plans[0]
+
+
+def _plane0_rows(plan):
+    """A path map in which every pair crossing the aggs takes plane 0 whatever its source port, and a pair
+    on one ToR set answers as the probe sees it: the first-hop ToR, then no agg (the host itself answers)."""
+    out = []
+    for i, j in enumerate(plan.workload.jobs):
+        for src, dst in jobsmod.pairs_of(j):
+            s, d = plan.cfgs[src].nic(0), plan.cfgs[dst].nic(0)
+            local = set(s.tors) == set(d.tors)
+            for n in range(2):
+                out.append({"job": j.name, "src": src, "dst": dst, "sport": jobsmod.SPORT_BASE + 256 * i + n,
+                            "port": s.ports[0], "tor": s.tors[0], "agg": "?" if local else "agg0-0",
+                            "dst_tor": "?" if local else d.tors[0]})
+    return out
+
+
+def test_an_alltoall_job_connects_every_rank_to_every_other_and_sends_a_part_to_each(tmp_path):
+    j = _a2a_plan(tmp_path).workload.jobs[0]
+    assert j.collective == "alltoall"
+    pairs = jobsmod.pairs_of(j)
+    assert len(pairs) == 12 and len(set(pairs)) == 12 and all(a != b for a, b in pairs)
+    assert pairs[:3] == [("s0h0", "s0h1"), ("s0h0", "s1h0"), ("s0h0", "s1h1")]  # rank by rank, peers in rank order
+    assert jobsmod.bytes_per_conn(j) == 256 * 1024  # 1/4 of 1 MB to each peer, on one connection
+    assert crux.alltoall_bytes_per_peer(1000, 4) == 250 and crux.alltoall_bytes_per_peer(1000, 1) == 0
+    # a job without `collective` is a ring, as every job was before all-to-all came
+    ring = _a2a_plan(tmp_path, RING).workload.jobs[0]
+    assert ring.collective == "allreduce" and len(jobsmod.pairs_of(ring)) == 4
+
+
+def test_alltoall_intensity_is_its_iterations_traffic_on_the_most_loaded_link(tmp_path):
+    """4 ranks over 2 segments, 1 MB buffers, every cross-segment pair on plane 0: segment 0's plane-0 uplink
+    carries the 4 parts segment 0 sends to segment 1, 4 x 256 KB = 8 Mbit, 0.839 s at 10 Mbit/s; the work is
+    4 ranks x 100 ms = 0.4 GPU-s, so I = 0.4 / 0.839. A ring of the same hosts sends 2(n-1)/n of its buffer,
+    1.5 MB, across that uplink on its one crossing pair: 1.258 s, I = 0.318."""
+    plan = _a2a_plan(tmp_path, f"{A2A}, {RING}")
+    x = jobsmod.inputs(plan.workload, plan.cfgs, _plane0_rows(plan), 1000)
+    up = ("tor-up", plan.cfgs["s0h0"].nic(0).tors[0], "agg0-0")
+    moe = crux.flow_link_bytes(x.hashed["moe"], x.bytes_per_conn["moe"])
+    assert moe[up] == 4 * 256 * 1024
+    # the local pairs load their access links only: the ToR turns them round
+    local = [r for r in x.hashed["moe"] if r["dst"] == "s0h1" and r["src"] == "s0h0"]
+    assert len(local) == 1 and crux.links_of(local[0]) == [("host-up", "s0h0", up[1]), ("tor-down", up[1], "s0h1")]
+    inten, _prio = policies.base.Policy.intensities(x)
+    assert inten["moe"] == pytest.approx(0.4 / (8 * 4 * 256 * 1024 / 10e6), rel=1e-6)
+    assert inten["ring"] == pytest.approx(0.4 / (8 * 1.5 * 1024 * 1024 / 10e6), rel=1e-6)
+    # the assignment names a local pair's path without an agg
+    a = policies.get("crux-paths-only").assign(x)
+    assert a["jobs"]["moe"]["paths"][0] == f"s0h0>{up[1]}>s0h1" and len(a["jobs"]["moe"]["sports"]) == 12
+
+
+def test_an_alltoall_job_runs_the_alltoall_program_with_its_ports_per_peer(tmp_path):
+    plan = _a2a_plan(tmp_path)
+    plan.assignment = policies.get("fifo").assign(jobsmod.inputs(plan.workload, plan.cfgs, _plane0_rows(plan), 1000))
+    procs = jobsmod.Jobs().launch(plan, tmp_path, 100.0, 10)
+    assert len(procs) == 4
+    sports = plan.assignment["jobs"]["moe"]["sports"]
+    for rank, p in enumerate(procs):
+        argv = p["argv"]
+        assert argv[argv.index("-m") + 1] == "hpnlab.node.alltoall" and "--select" not in argv
+        assert argv[argv.index("--sports") + 1] == ",".join(map(str, sports[3 * rank:3 * rank + 3]))
+        assert argv[argv.index("--compute-ms") + 1] == "100" and argv[argv.index("--rank") + 1] == str(rank)
+
+
+def test_an_alltoall_with_a_compute_phase_completes_every_iteration_only_once_every_peer_sent(tmp_path):
+    """Three ranks on loopback, 2 connections to each peer, every rank binding the same two source ports
+    for both of its peers (as a path map's pool gives them), 100 ms of compute per iteration and 5
+    iterations: each rank receives every peer's parts in full, each iteration ends after every peer's compute
+    for it ended (they send only then), and --iterations stops the job."""
+    port, start = _free_port(), time.time() + 1.0
+    addrs = "127.0.0.1,127.0.0.2,127.0.0.3"
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "hpnlab.node.alltoall", "--rank", str(rank), "--addrs", addrs, "--port", str(port),
+         "--size", str(3 * 40000), "--conns", "2", "--compute-ms", "100", "--iterations", "5", "--duration", "20",
+         "--sports", "31001,31002,31001,31002", "--start-at", f"{start:.3f}",
+         "--out", str(tmp_path / f"r{rank}.json")])
+        for rank in range(3)]
+    for p in procs:
+        assert p.wait(timeout=40) == 0
+    reps = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in range(3)]
+    for r in reps:
+        assert len(r["iterations"]) == 5 and len(r["computed"]) == 5
+        assert r["bytes_received"] == 5 * 2 * 40000  # 5 iterations x 2 peers x a third of 120000 bytes
+        assert r["sports"] == [31001, 31002, 31001, 31002]
+        for k, end in enumerate(r["iterations"]):
+            assert all(peer["computed"][k] <= end for peer in reps), k
+    f = jobsmod.job_figures(reps, 0.1)
+    assert f["iterations"] == 5 and f["iteration_ms"]["min"] >= 99 and 0.5 < f["gpu_util"] <= 1.0
+

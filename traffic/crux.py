@@ -4,7 +4,9 @@ and the links' capacities, its priority, and the compression of priorities onto 
 - **Intensity** I_j = W_j / t_j. W_j is the job's GPU work per iteration: here its compute time per
   iteration times its ranks (GPU-seconds; the emulator's GPUs are all alike, so time stands for FLOPs).
   t_j is the time the iteration's traffic needs on the job's most loaded link: per link, the bytes the
-  job puts on it in one iteration over the link's capacity, and the largest of those. A job that computes
+  job puts on it in one iteration over the link's capacity, and the largest of those. An iteration's
+  traffic is its collective's: a ring all-reduce rank sends 2(n-1)/n of its buffer to the next rank, an
+  all-to-all rank 1/n of it to every other rank, each on the paths its connections take. A job that computes
   much and sends little is intensive: every second its traffic waits idles many GPU-seconds.
 - **Priority** P_j = k_j * I_j, k_j the job's correction factor (1 unless the job says otherwise; Crux
   uses it for what intensity misses, such as how much of a job's communication overlaps its compute).
@@ -29,7 +31,7 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
-from hpnlab.traffic.balance import links_of
+from hpnlab.traffic import balance
 
 Link = tuple[str, str, str]
 ORDERS = 5000  # topological orders searched exhaustively up to this many; a seeded sample beyond
@@ -46,9 +48,24 @@ class Demand:
 
 
 # --- traffic and intensity ---------------------------------------------------------------------------------
+def links_of(row: dict) -> list[Link]:
+    """The links one connection's path-map row loads. A row without an agg is a local pair (both hosts on one
+    ToR set: the ToR turns the packet round to the other host's port), which loads only the two access
+    links; every other row crosses an agg (hpnlab.traffic.balance.links_of)."""
+    if row.get("agg") is None:
+        return [("host-up", row["src"], row["tor"]), ("tor-down", row["tor"], row["dst"])]
+    return balance.links_of(row)
+
+
 def ring_bytes_per_rank(size_bytes: int, ranks: int) -> float:
     """What one rank of a ring all-reduce sends its next rank per iteration: 2(n-1) steps of size/n."""
     return 2 * (ranks - 1) * (size_bytes // ranks) if ranks > 1 else 0.0
+
+
+def alltoall_bytes_per_peer(size_bytes: int, ranks: int) -> float:
+    """What one rank of an all-to-all sends each other rank per iteration: its buffer's 1/n part for that
+    rank (its own part stays local), so (n-1)/n of the buffer in all."""
+    return size_bytes // ranks if ranks > 1 else 0.0
 
 
 def flow_link_bytes(flows: list[dict], bytes_per_flow: float) -> dict[Link, float]:
@@ -239,11 +256,9 @@ def place(jobs: list[tuple[str, list[list[dict]], float]], capacity_bps: dict[Li
 def capacities(cfgs: dict, rail: int = 0) -> dict[Link, float]:
     """Every shaped link of the rail as (tier, from, to) -> bits/s, from the nodes' interface shapes (the
     sending end's tbf is what limits a direction)."""
-    from hpnlab.traffic.balance import hosts_of
-
     out: dict[Link, float] = {}
     role = {n: c.role for n, c in cfgs.items()}
-    hosts = set(hosts_of(cfgs))
+    hosts = set(balance.hosts_of(cfgs))
     for n, c in cfgs.items():
         for i in c.interfaces:
             if not i.shape or i.peer not in role:

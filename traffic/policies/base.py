@@ -74,8 +74,16 @@ class Policy:
                             "queue": lv,
                             "dscp": x.dscps[lv] if lv is not None and x.dscps else None,
                             "sports": [r["sport"] for r in rows[d.name]],
-                            "paths": [f"{r['src']}>{r['tor']}>{r['agg']}>{r['dst_tor']}>{r['dst']}" for r in rows[d.name]]}
+                            "paths": [path_of(r) for r in rows[d.name]]}
         return jobs
+
+
+def path_of(r: dict) -> str:
+    """A connection's path as results.json writes it: src>tor>agg>far tor>dst, or src>tor>dst for a local
+    pair (both hosts on one ToR set, no agg)."""
+    if r["agg"] is None:
+        return f"{r['src']}>{r['tor']}>{r['dst']}"
+    return f"{r['src']}>{r['tor']}>{r['agg']}>{r['dst_tor']}>{r['dst']}"
 
 
 def _num(v: float) -> float | None:

@@ -1,10 +1,10 @@
 """jobs: several training jobs at once, sharing the fabric, scheduled by a policy (Crux's, or none).
 
-Each job is a ring all-reduce over its own hosts (ranks) on its own rail and port, and each of its
-iterations begins with ``compute_ms`` of GPU work, emulated by waiting (hpnlab.node.allreduce
---compute-ms); the rest of the iteration is its exposed communication. Per job: iteration times, exposed
-communication, GPU utilisation (compute time over wall time, iterations completed); for the cluster, the
-jobs' utilisations weighted by their ranks; and each job's GPU intensity as Crux defines it
+Each job is a collective over its own hosts (ranks) on its own rail and port: a ring all-reduce
+(hpnlab.node.allreduce) or an all-to-all (hpnlab.node.alltoall), and each of its iterations begins with
+``compute_ms`` of GPU work, emulated by waiting (--compute-ms); the rest of the iteration is its exposed
+communication. Per job: iteration times, exposed communication, GPU utilisation (compute time over wall
+time, iterations completed); for the cluster, the jobs' utilisations weighted by their ranks; and each job's GPU intensity as Crux defines it
 (hpnlab.traffic.crux), from the path map the variant probes first and the links' capacities.
 
 The policy (hpnlab.traffic.policies) decides each job's class (DSCP, queue) and each connection's source
@@ -34,15 +34,20 @@ class Job(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,24}$", description="the job's name in results.json")
-    hosts: list[str] = Field(min_length=2, max_length=64, description="its ranks, one per host, in ring order")
+    hosts: list[str] = Field(min_length=2, max_length=64, description="its ranks, one per host, in rank (ring) order")
     rail: int | None = Field(None, ge=0, description="the rail it uses (default: the workload's rail)")
-    collective: Literal["allreduce"] = Field("allreduce", description="its collective: a ring all-reduce")
-    size_kb: int = Field(1024, ge=1, le=1 << 20, description="bytes each iteration all-reduces, KB")
+    collective: Literal["allreduce", "alltoall"] = Field("allreduce", description=(
+        "its collective: allreduce (a ring) or alltoall (every rank to every other, as a mixture-of-experts "
+        "layer)"))
+    size_kb: int = Field(1024, ge=1, le=1 << 20, description=(
+        "each rank's buffer per iteration, KB: allreduce all-reduces it; alltoall sends size/ranks of it to "
+        "every other rank"))
     compute_ms: float = Field(100.0, ge=0, le=60000, description=(
         "GPU work at the start of every iteration, ms (emulated by waiting)"))
     iterations: int | None = Field(None, ge=1, le=1_000_000, description=(
         "stop after this many iterations (default: run for the experiment's duration)"))
-    connections: int = Field(2, ge=1, le=16, description="connections from each rank to the next")
+    connections: int = Field(2, ge=1, le=16, description=(
+        "connections from each rank to the next (allreduce) or to every other rank (alltoall)"))
     k: float = Field(1.0, gt=0, le=1e6, description="Crux's correction factor: priority = k x intensity")
 
 
@@ -68,14 +73,37 @@ def rail_of(w, job: Job) -> int:
 
 
 def pairs_of(job: Job) -> list[tuple[str, str]]:
-    """(rank's host, next rank's host) for every rank: the connections' ends."""
+    """The connections' ends, rank by rank: a ring's (rank, next rank); an all-to-all's (rank, every other
+    rank in rank order), the order its node program takes --sports in."""
+    if job.collective == "alltoall":
+        return [(h, p) for h in job.hosts for p in job.hosts if p != h]
     return [(h, job.hosts[(i + 1) % len(job.hosts)]) for i, h in enumerate(job.hosts)]
 
 
 def bytes_per_conn(job: Job) -> float:
+    """What one connection carries per iteration: a ring rank's 2(n-1)/n of the buffer, or an all-to-all's
+    1/n of it to one peer, split evenly over the connections."""
     from hpnlab.traffic import crux
 
+    if job.collective == "alltoall":
+        return crux.alltoall_bytes_per_peer(job.size_kb * 1024, len(job.hosts)) / job.connections
     return crux.ring_bytes_per_rank(job.size_kb * 1024, len(job.hosts)) / job.connections
+
+
+def local_rows(w, cfgs: dict, rows: list[dict]) -> list[dict]:
+    """Path-map rows of pairs whose two hosts share their ToRs on the job's rail (an all-to-all's ranks in one
+    segment, or such a ring): the first-hop ToR delivers to the other host's port itself, so the TTL 2 and 3
+    probes reach the host, and no agg answers them. The ToR the probe's port led to is the path (agg None,
+    the far ToR that ToR)."""
+    rail = {j.name: rail_of(w, j) for j in w.jobs}
+    out = []
+    for r in rows:
+        if r["agg"] != "?" or r["tor"] == "?" or not r["port"] or r["job"] not in rail:
+            continue
+        s, d = cfgs[r["src"]].nic(rail[r["job"]]), cfgs[r["dst"]].nic(rail[r["job"]])
+        if s and d and set(s.tors) == set(d.tors):
+            out.append({**r, "agg": None, "dst_tor": r["tor"]})
+    return out
 
 
 def inputs(w, cfgs: dict, rows: list[dict], seed: int, spec=None):
@@ -86,7 +114,7 @@ def inputs(w, cfgs: dict, rows: list[dict], seed: int, spec=None):
 
     rng = random.Random(seed)
     by = {}
-    for r in balance.complete(rows):
+    for r in balance.complete(rows) + local_rows(w, cfgs, rows):
         by.setdefault((r["job"], r["src"], r["dst"]), []).append(r)
     cap: dict = {}
     for rail in sorted({rail_of(w, j) for j in w.jobs}):
@@ -116,8 +144,9 @@ def _mmm(values: list[float]) -> dict | None:
 
 
 def job_figures(reps: list[dict], compute_s: float) -> dict:
-    """One job's figures from its ranks' reports: rank 0's iterations (the ring moves in lockstep) and the
-    compute ends that began them."""
+    """One job's figures from its ranks' reports: rank 0's iterations (a ring moves in lockstep, and an
+    all-to-all rank's iteration ends only when every other rank's part has arrived) and the compute ends
+    that began them."""
     r0 = min(reps, key=lambda r: r["rank"])
     ends, computed = r0["iterations"], r0.get("computed", [])
     n = min(len(ends), len(computed))
@@ -144,11 +173,11 @@ def cluster_util(jobs: dict) -> float | None:
 @register
 class Jobs(WorkloadKind):
     kind = "jobs"
-    help = "several ring all-reduce jobs with compute phases at once, scheduled by a policy (Crux, fifo)"
-    doc = ("Each job names its hosts (ranks), rail, message size, compute time per iteration and connections; "
-           "the policy gives each job its class and each connection its path. Figures per job: iteration "
-           "times, exposed communication, GPU utilisation, GPU intensity; for the cluster: utilisation "
-           "weighted by ranks.")
+    help = "several jobs (ring all-reduce, all-to-all) with compute phases at once, scheduled by a policy (Crux, fifo)"
+    doc = ("Each job names its hosts (ranks), rail, collective, message size, compute time per iteration and "
+           "connections; the policy gives each job its class and each connection its path. Figures per job: "
+           "iteration times, exposed communication, GPU utilisation, GPU intensity; for the cluster: "
+           "utilisation weighted by ranks.")
     Params = JobsParams
     own_report = True
 
@@ -190,12 +219,16 @@ class Jobs(WorkloadKind):
         rows = []
         for i, j in enumerate(w.jobs):
             sports = list(range(SPORT_BASE + 256 * i, SPORT_BASE + 256 * i + w.pool))
+            dsts: dict[str, list[str]] = {}
             for src, dst in pairs_of(j):
-                for r in path_map(lab.runtime, lab.cfgs, src, [dst], rail_of(w, j), sports, PORT_BASE + i, "tcp"):
+                dsts.setdefault(src, []).append(dst)
+            for src, ds in dsts.items():  # one probing run per source host (an all-to-all rank has n-1 peers)
+                for r in path_map(lab.runtime, lab.cfgs, src, ds, rail_of(w, j), sports, PORT_BASE + i, "tcp"):
                     rows.append({**r, "job": j.name})
         raw.mkdir(parents=True, exist_ok=True)
         (raw / "pathmap.json").write_text(json.dumps(rows))
-        progress(f"{plan.name}: {len(balance.complete(rows))}/{len(rows)} probes answered")
+        answered = len(balance.complete(rows)) + len(local_rows(w, lab.cfgs, rows))
+        progress(f"{plan.name}: {answered}/{len(rows)} probes answered")
         return {"policy": w.policy, "queues": w.queues}
 
     def prepare_repetition(self, plan, raw, run_dir, k):
@@ -215,14 +248,16 @@ class Jobs(WorkloadKind):
         for i, j in enumerate(w.jobs):
             a = asg[j.name]
             addrs = ",".join(plan.host_ip(h, rail_of(w, j)) for h in j.hosts)
+            per_rank = j.connections * (len(j.hosts) - 1 if j.collective == "alltoall" else 1)
             for rank, h in enumerate(j.hosts):
-                sports = a["sports"][rank * j.connections:(rank + 1) * j.connections]
+                sports = a["sports"][rank * per_rank:(rank + 1) * per_rank]
                 out = str(run_dir / f"job-{j.name}-{rank}.json")
+                how = (["hpnlab.node.alltoall"] if j.collective == "alltoall" else
+                       ["hpnlab.node.allreduce", "--select", "least-loaded" if j.connections > 1 else "one"])
                 procs.append({"role": "job", "node": h, "out": out,
-                              "argv": [sys.executable, "-m", "hpnlab.node.allreduce", "--rank", str(rank),
+                              "argv": [sys.executable, "-m", how[0], "--rank", str(rank),
                                        "--addrs", addrs, "--port", str(PORT_BASE + i),
-                                       "--size", str(j.size_kb * 1024), "--conns", str(j.connections),
-                                       "--select", "least-loaded" if j.connections > 1 else "one",
+                                       "--size", str(j.size_kb * 1024), "--conns", str(j.connections), *how[1:],
                                        "--compute-ms", f"{j.compute_ms:g}", "--sports", ",".join(map(str, sports)),
                                        "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
                                        "--congestion", w.congestion, "--out", out]
@@ -244,7 +279,7 @@ class Jobs(WorkloadKind):
             if not reps:
                 continue
             reports += reps
-            per[j.name] = job_figures(reps, j.compute_ms / 1000)
+            per[j.name] = {"collective": j.collective, **job_figures(reps, j.compute_ms / 1000)}
         if not per:
             return None
         start = min(f["begin"] for f in per.values() if "begin" in f) if any("begin" in f for f in per.values()) else 0
@@ -267,7 +302,8 @@ class Jobs(WorkloadKind):
         jobs = {}
         for n in names:
             got = [w["jobs"][n] for w in ws if n in w["jobs"]]
-            jobs[n] = {"ranks": got[0]["ranks"], "compute_ms": next((g["compute_ms"] for g in got if "compute_ms" in g), None),
+            jobs[n] = {"collective": got[0].get("collective"), "ranks": got[0]["ranks"],
+                       "compute_ms": next((g["compute_ms"] for g in got if "compute_ms" in g), None),
                        "gpu_util": _mmm([g["gpu_util"] for g in got]),
                        "iterations": _mmm([g["iterations"] for g in got]),
                        "iteration_ms": _mmm([g.get("iteration_ms", {}).get("median") for g in got]),
