@@ -345,3 +345,56 @@ def test_an_alltoall_with_a_compute_phase_completes_every_iteration_only_once_ev
     f = jobsmod.job_figures(reps, 0.1)
     assert f["iterations"] == 5 and f["iteration_ms"]["min"] >= 99 and 0.5 < f["gpu_util"] <= 1.0
 
+
+# --- fuzzed job specs (hypothesis) -------------------------------------------------------------------------
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+JOB_KEYS = ["name", "hosts", "rail", "collective", "size_kb", "compute_ms", "iterations", "connections", "k"]
+ANY = st.one_of(st.none(), st.booleans(), st.integers(-3, 70000), st.floats(allow_nan=True, allow_infinity=True),
+                st.text(alphabet="abcs0h1-_. x", max_size=8),
+                st.lists(st.sampled_from(["s0h0", "s1h0", "s0h1", "s1h1", "s9h9", "s0r0a", ""]), max_size=4),
+                st.dictionaries(st.sampled_from(["a", "b"]), st.integers(), max_size=2))
+GOOD = {"name": st.sampled_from(["a", "moe", "j.1"]),
+        "hosts": st.sampled_from([["s0h0", "s1h0"], ["s0h0", "s0h1", "s1h0", "s1h1"]]),
+        "collective": st.sampled_from(["allreduce", "alltoall"]), "size_kb": st.integers(1, 4096),
+        "compute_ms": st.floats(0, 1000), "connections": st.integers(1, 4)}
+JOB = st.fixed_dictionaries({k: st.one_of(GOOD[k], GOOD[k], ANY) for k in ("name", "hosts")},
+                            optional={**{k: st.one_of(GOOD[k], ANY) if k in GOOD else ANY
+                                         for k in JOB_KEYS if k not in ("name", "hosts")}, "bogus": ANY})
+WORKLOAD = st.fixed_dictionaries({"kind": st.just("jobs"), "jobs": st.lists(JOB, min_size=1, max_size=3)},
+                                 optional={"policy": st.one_of(st.sampled_from(["fifo", "crux-paths-only"]), ANY),
+                                           "queues": st.one_of(st.integers(1, 8), ANY),
+                                           "pool": st.one_of(st.integers(1, 32), ANY)})
+CLI_CHECKS = {"left": 4}  # the CLI's exit code for the first few refused specs (each is a process)
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(WORKLOAD)
+def test_fuzzed_job_specs_load_or_fail_in_one_line_naming_the_field_and_exit_2(tmp_path, workload):
+    """Whatever a user writes in a jobs workload: it loads, or fails with one SpecError line that names the
+    workload key at fault (a job's own key by its path, workload.jobs.N.KEY); through the CLI that is exit 2,
+    one line on stderr, no traceback and no output folder."""
+    import yaml
+
+    p = tmp_path / "fz.yml"
+    p.write_text(yaml.safe_dump({"name": "fz", "spec": f"{REPO}/examples/load-balance.yml", "workload": workload,
+                                 "variants": [{"name": "a", "spec": {"aggs_per_plane": 1}}]}))
+    try:
+        plan = experiment.load(p).plans[0]
+    except SpecError as e:
+        msg = str(e)
+        assert "\n" not in msg and len(msg) < 500, msg
+        keys = [f"workload.jobs.{i}.{k}" for i, j in enumerate(workload["jobs"]) for k in j]
+        keys += [f"workload.{k}" for k in workload] + ["workload.jobs"]
+        assert any(k in msg for k in keys), msg
+        if CLI_CHECKS["left"] > 0:
+            CLI_CHECKS["left"] -= 1
+            out = tmp_path / "o"
+            r = subprocess.run([sys.executable, "-m", "hpnlab.cli", "run", str(p), "--out", str(out)],
+                               capture_output=True, text=True, cwd=REPO, timeout=60)
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+            assert msg in lines[0] and not out.exists(), (msg, lines[0])
+    else:
+        assert [j.name for j in plan.workload.jobs] == [j["name"] for j in workload["jobs"]]
