@@ -152,3 +152,149 @@ def test_rtnetlink_neighbour_messages_parse():
     v6 = struct.pack("=BBHiHBB", socket.AF_INET6, 0, 0, 3, 0x02, 0, 1) + struct.pack("=HH", 20, 1) + b"\0" * 16
     assert parse_neigh(v6) == (3, 0x02, None)
     assert split_nl(buf[:20]) == []  # a truncated datagram yields nothing rather than garbage
+
+
+# --- lacp.Timers: step only the ports touched or due ------------------------------------------------------
+class _Side:
+    """One agent's ports, stepped the way the agents step them: every port at every wake-up (``timers`` None:
+    the reference, what the agents did before lacp.Timers) or only those lacp.Timers gives."""
+
+    def __init__(self, ports, select, timers):
+        self.ports, self.select, self.timers = ports, select, timers
+        self.log = []
+
+    def deadline(self, now):
+        if self.timers:
+            return self.timers.next_deadline(now)
+        return min([p.next_deadline() for p in self.ports if p.enabled] or [now + 1.0])
+
+    def touch(self, p):
+        if self.timers:
+            self.timers.touch(p)
+
+    def step(self, now, out):
+        ports = self.timers.due(now) if self.timers else self.ports
+        self.select(ports)
+        for p in ports:
+            p.tick(now)
+            self.log += [(round(now, 6), e) for e in p.events]
+            p.events.clear()
+        for p in ports:
+            f = p.due(self.timers.send_time(p, now) if self.timers else now)
+            if f:
+                out.append((now, p.iface, f))
+            if self.timers:
+                self.timers.schedule(p)
+
+
+def _simulate(slack, until=40.0, n=6, delay=0.002):
+    """n hosts' ports against one ToR's n ports (each its own aggregate), with a PDU delay; at 10 s host 2's
+    port goes silent (its ToR port expires, then defaults), at 20 s ToR port 4 loses carrier for 2 s."""
+    hosts = [lacp.Port(f"r0p{i}", f"02:00:00:00:00:{i:02x}", f"02:00:00:00:00:{i:02x}", 1, 1) for i in range(n)]
+    tors = [lacp.Port(f"h{i}p0", VMAC, VMAC, 1, 301 + i) for i in range(n)]
+    timers = (lambda ps: lacp.Timers(ps, slack)) if slack is not None else (lambda ps: None)
+    host = _Side(hosts, lambda ps: [lacp.select([p]) for p in ps], timers(hosts))
+    tor = _Side(tors, lacp.select_individual, timers(tors))
+    peer = {p.iface: q for p, q in zip(hosts + tors, tors + hosts)}
+    side = {id(p): s for s in (host, tor) for p in s.ports}
+    # every port comes up at a different time, as links do
+    carrier = sorted([(0.013 * i, p, True) for i, p in enumerate(hosts + tors)] + [(20.0, tors[4], False),
+                     (22.0, tors[4], True), (20.0, hosts[4], False), (22.0, hosts[4], True)], key=lambda c: c[0])
+    wire, sent, now = [], [], 0.0
+    while now < until:
+        nxt = min([host.deadline(now), tor.deadline(now)] + [w[0] for w in wire] + [c[0] for c in carrier[:1]])
+        now = max(now, nxt)
+        while carrier and carrier[0][0] <= now:
+            _, p, up = carrier.pop(0)
+            p.set_enabled(up, now)
+            side[id(p)].touch(p)
+        for w in [w for w in wire if w[0] <= now]:
+            wire.remove(w)
+            dst = peer[w[1]]
+            if dst.enabled and not (w[1] == "r0p2" and 10.0 <= w[0] < 30.0):
+                dst.receive(*lacp.decode(w[2]), now)
+                side[id(dst)].touch(dst)
+        for s in (host, tor):
+            out = []
+            s.step(now, out)
+            sent += [(t, ifc) for t, ifc, _ in out]
+            wire += [(t + delay, ifc, f) for t, ifc, f in out]
+    return host, tor, sent
+
+
+def test_timers_step_exactly_what_stepping_every_port_does():
+    """Without the slack, stepping only the touched and due ports sends the same PDUs at the same times and
+    logs the same transitions as stepping every port at every wake-up."""
+    ref_host, ref_tor, ref_sent = _simulate(None)
+    host, tor, sent = _simulate(0.0)
+    assert sent == ref_sent
+    assert tor.log == ref_tor.log and host.log == ref_host.log
+    assert any("partner expired" in e for _, e in tor.log) and any("defaulted" in e for _, e in tor.log)
+    assert [p.mux for p in tor.ports] == [p.mux for p in ref_tor.ports]
+
+
+def test_timers_slack_batches_sends_and_keeps_every_period_and_timeout():
+    ref_host, ref_tor, ref_sent = _simulate(None)
+    host, tor, sent = _simulate(0.05)
+    # the same transitions, port by port, each within the slack of the reference's time
+    for side, ref in ((tor, ref_tor), (host, ref_host)):
+        assert [e for _, e in side.log] == [e for _, e in ref.log]
+        assert all(abs(t - rt) <= 0.05 + 1e-9 for (t, _), (rt, _) in zip(side.log, ref.log))
+    # a port's periodic PDUs keep their schedule, a period apart (fast: 1 s; not across port 4's carrier
+    # loss), each sent at most the slack early: two sends are at most a period and the slack apart
+    by_port = {}
+    for t, ifc in sent:
+        by_port.setdefault(ifc, []).append(t)
+    gaps = [b - a for ifc, ts in by_port.items() if "4" not in ifc for a, b in zip(ts, ts[1:])]
+    assert max(gaps) <= 1.0 + 0.05 + 1e-9
+    assert sum(1 for g in gaps if g >= 0.95 - 1e-9) >= 0.9 * len(gaps)  # periodic, not NTT, sends
+    # and fewer wake-ups send them: the ToR's 6 ports' PDUs share instants
+    assert len({round(t, 6) for t, ifc in sent if ifc.startswith("h")}) < \
+        len({round(t, 6) for t, ifc in ref_sent if ifc.startswith("h")})
+    assert all(p.distributing for p in tor.ports)
+
+
+def test_agent_wait_never_wakes_before_its_deadline_and_returns_ready_fds():
+    """The agents' wait (an epoll kept across calls, whole ms, the rest slept off): a timer is never run
+    early, and a ready socket ends the wait."""
+    import socket
+    import time
+
+    from hpnlab.node import agent
+
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    try:
+        for _ in range(5):
+            t0 = time.monotonic()
+            assert agent.wait([a.fileno()], t0 + 0.0125) == []
+            assert time.monotonic() >= t0 + 0.0125
+        b.send(b"x")
+        assert agent.wait([a.fileno(), c.fileno()], time.monotonic() + 5) == [a.fileno()]
+        d.send(b"y")  # another set of fds: the epoll set follows it
+        assert agent.wait([c.fileno()], time.monotonic() + 5) == [c.fileno()]
+    finally:
+        for s in (a, b, c, d):
+            s.close()
+
+
+def test_agent_wait_hears_a_socket_that_took_a_closed_ones_number():
+    import socket
+    import time
+
+    from hpnlab.node import agent
+
+    a, b = socket.socketpair()
+    fd = a.fileno()
+    agent.wait([fd], time.monotonic())
+    a.close()
+    agent.closed_fd()
+    c, d = socket.socketpair()
+    try:
+        if c.fileno() != fd and d.fileno() == fd:
+            c, d = d, c
+        d.send(b"x")
+        assert agent.wait([c.fileno()], time.monotonic() + 5) == [c.fileno()]
+    finally:
+        for s in (b, c, d):
+            s.close()

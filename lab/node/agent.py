@@ -62,10 +62,13 @@ def arp_request(src_mac: str, src_ip: str, target_ip: str) -> bytes:
             + b"\0" * 6 + socket.inet_aton(target_ip))
 
 
-def apply_carriers(ports: list, bfd, now: float, states: dict[str, bool]) -> None:
-    """Carrier changes for the ports named in ``states``, into LACP and micro-BFD alike."""
+def apply_carriers(ports: list, bfd, now: float, states: dict[str, bool], touch=None) -> None:
+    """Carrier changes for the ports named in ``states``, into LACP and micro-BFD alike; ``touch(port)``
+    (the LacpDriver's) hears of each port whose carrier changed, so its machines are stepped."""
     for p in ports:
         if p.iface in states:
+            if touch is not None and p.enabled != states[p.iface]:
+                touch(p)
             p.set_enabled(states[p.iface], now)
             if bfd:
                 bfd.set_enabled(p.iface, states[p.iface], now)
@@ -92,10 +95,10 @@ class CarrierEvents:
         return {p.iface: dump.get(p.iface, False) for p in ports if self.at.get(p.iface, float("-inf")) < asked_at}
 
 
-def read_carriers(ports: list, bfd, now: float) -> None:
+def read_carriers(ports: list, bfd, now: float, touch=None) -> None:
     """Carrier as it is now, for every port (one netlink dump; a port missing from it is down)."""
     have = dump_links()
-    apply_carriers(ports, bfd, now, {p.iface: have.get(p.iface, False) for p in ports})
+    apply_carriers(ports, bfd, now, {p.iface: have.get(p.iface, False) for p in ports}, touch)
 
 
 class KernelWriter:
@@ -187,7 +190,8 @@ def install_signal_handlers() -> None:
 
 
 class LacpDriver:
-    """Owns the packet sockets of a set of LACP ports and moves frames in and out of the machines."""
+    """Owns the packet sockets of a set of LACP ports, moves frames in and out of the machines, and says
+    which ports need a step now (``lacp.Timers``: touched since the last step, or a timer due)."""
 
     def __init__(self, ports: list[lacp.Port], enabled: bool):
         self.ports = ports
@@ -199,9 +203,13 @@ class LacpDriver:
             self.tx_socks[p.iface] = s
             if enabled:
                 self.socks[s.fileno()] = (s, p)
+        self.timers = lacp.Timers(ports)
 
     def fds(self) -> list[int]:
         return list(self.socks)
+
+    def touch(self, port: lacp.Port) -> None:
+        self.timers.touch(port)
 
     def handle(self, fd: int, now: float) -> None:
         s, port = self.socks[fd]
@@ -215,6 +223,7 @@ class LacpDriver:
             pdu = lacp.decode(frame)
             if pdu:
                 port.receive(pdu[0], pdu[1], now)
+                self.timers.touch(port)
 
     def send(self, iface: str, frame: bytes) -> None:
         try:
@@ -222,18 +231,24 @@ class LacpDriver:
         except OSError:
             pass  # carrier down: the periodic machine retries
 
-    def transmit(self, now: float) -> None:
+    def step_ports(self, now: float) -> list[lacp.Port]:
+        """The ports to step now, in port order (with LACP off: every port, every time, as always)."""
+        return self.timers.due(now) if self.enabled else self.ports
+
+    def transmit(self, now: float, ports: list[lacp.Port] | None = None) -> None:
+        """Send what ``ports`` (default: all) have due, and set their next timers."""
         if not self.enabled:
             return
-        for p in self.ports:
-            f = p.due(now)
+        for p in self.ports if ports is None else ports:
+            f = p.due(self.timers.send_time(p, now))
             if f:
                 self.send(p.iface, f)
+            self.timers.schedule(p)
 
     def next_deadline(self, now: float) -> float:
         if not self.enabled:
             return now + 1.0
-        return min([p.next_deadline() for p in self.ports if p.enabled] or [now + 1.0])
+        return self.timers.next_deadline(now)
 
 
 # How late this agent's timers (LACP, micro-BFD, stacking heartbeat, hold-down, status) fired: the loop
@@ -242,10 +257,52 @@ TIMERS = LateBins(keep=600)  # 60 s of bins in every status file: the controller
 STARTED = time.monotonic()  # a deadline before this is a timer never set (0 + period), not a late one
 
 
+class _Poller:
+    """An epoll set kept across waits while the loop asks for the same fds (it asks every wake-up).
+
+    Why: select() copies and scans every fd each call; a ToR of the paper's segment waits on 130 (one packet
+    socket per host port) up to ~256 times a second at LACP fast."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+        self.ep: select.epoll | None = None
+
+    def forget(self) -> None:
+        """A socket of the set was closed: its number may come back as another socket's, which the same
+        list of numbers would not register."""
+        self.fds = []
+
+    def poll(self, fds: list[int], timeout: float) -> list[int]:
+        if fds != self.fds or self.ep is None:
+            if self.ep is not None:
+                self.ep.close()
+            self.ep = select.epoll()
+            for fd in fds:
+                self.ep.register(fd, select.EPOLLIN)
+            self.fds = list(fds)
+        # epoll counts whole ms, and a timeout rounded up would make every timer up to 1 ms late (the lateness
+        # meter's threshold): wait the whole ms, then sleep off the rest if nothing came
+        end = time.monotonic() + timeout
+        r = [fd for fd, _ in self.ep.poll(int(timeout * 1000) / 1000)]
+        if not r:
+            rest = end - time.monotonic()
+            if rest > 0:
+                time.sleep(rest)
+        return r
+
+
+_POLLER = _Poller()
+
+
+def closed_fd() -> None:
+    """Tell ``wait`` that a socket it waited on was closed (see _Poller.forget)."""
+    _POLLER.forget()
+
+
 def wait(fds: list[int], deadline: float) -> list[int]:
     before = time.monotonic()
     timeout = max(0.0, min(deadline - before, 1.0))
-    r, _, _ = select.select(fds, [], [], timeout)
+    r = _POLLER.poll(fds, timeout)
     if STARTED <= deadline <= before + 1.0:  # a timer was due during this wait (else only the 1 s tick)
         now = time.monotonic()
         if not r or now > deadline:

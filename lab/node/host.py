@@ -98,7 +98,7 @@ class HostAgent:
                 "route_changes": self.route_changes}
 
     def read_carriers(self, now: float) -> None:
-        read_carriers(self.ports, self.bfd, now)
+        read_carriers(self.ports, self.bfd, now, self.driver.touch)
 
     def run(self) -> None:
         now = time.monotonic()
@@ -115,20 +115,24 @@ class HostAgent:
                     if overrun:  # the kernel dropped notifications: read every port again
                         self.read_carriers(now)
                     else:
-                        apply_carriers(self.ports, self.bfd, now, link_states(msgs))
+                        apply_carriers(self.ports, self.bfd, now, link_states(msgs), self.driver.touch)
                 elif fd in bfd_fds:
                     self.bfd.handle(fd, now)
                 else:
                     self.driver.handle(fd, now)
             now = time.monotonic()
-            for g in self.groups:
+            # only the NICs with a port touched or due (agent.LacpDriver says why); selection is per NIC
+            stepped = self.driver.step_ports(now)
+            names = {p.iface for p in stepped}
+            groups = self.groups if stepped is self.ports else [g for g in self.groups if any(p.iface in names for p in g)]
+            for g in groups:
                 lacp.select(g)
                 for p in g:
                     p.tick(now)
                     for e in p.events:
                         log(e)
                     p.events.clear()
-            self.driver.transmit(now)
+                self.driver.transmit(now, g)
             if self.bfd:
                 for e in self.bfd.tick_and_send(now):
                     log(e)

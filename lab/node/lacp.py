@@ -10,6 +10,7 @@ waiting for DEFAULTED (~5.4 s).
 
 from __future__ import annotations
 
+import heapq
 import struct
 from dataclasses import dataclass, field
 
@@ -274,3 +275,87 @@ def select_individual(ports: list[Port]) -> None:
     """ToR side: every host-facing port is its own aggregate (one per host NIC)."""
     for p in ports:
         p.selected = p.rx == "current" and p.partner is not None
+
+
+class Timers:
+    """Which of an agent's ports need a step: those touched since the last one (a PDU received, a carrier
+    change: the agent says so) and those whose timer is due, from one heap of every port's timers (a timer
+    wheel). Pure, like the machines: time is passed in.
+
+    Why not every port at every wake-up: with LACP fast a ToR of the paper's segment (128 host ports) wakes
+    ~256 times a second (a PDU in from each host, one out to each), and stepping, selecting, transmitting
+    and finding the next deadline over all 128 ports took ~0.1 ms each time. A port neither touched nor due
+    is at a fixed point of its machines (one step runs them to one, and only a PDU, a carrier change or its
+    own timers move it), so stepping it changes nothing.
+
+    A periodic PDU due within ``slack`` goes out with the step at hand, on its own schedule (``send_time``:
+    ``Port.due`` at the port's own ``next_tx``, so the next one is a period after that), so the sends of many
+    ports share a wake-up. A timeout is never taken early."""
+
+    def __init__(self, ports: list[Port], slack: float = 0.05):
+        self.ports, self.slack = ports, slack
+        self.by_iface = {p.iface: p for p in ports}
+        self.touched: dict[str, Port] = dict(self.by_iface)  # the first step takes every port
+        self.heap: list[tuple[float, int, str, str]] = []  # (when, seq, "tx" | "rx", iface)
+        self.scheduled: dict[str, tuple[float, float | None]] = {}  # iface -> (next_tx, current_while) in it
+        self.seq = 0
+
+    def touch(self, port: Port) -> None:
+        self.touched[port.iface] = port
+
+    @staticmethod
+    def _rx_timer(p: Port) -> float | None:
+        return p.current_while if p.enabled and p.rx in ("current", "expired") else None
+
+    def _valid(self, kind: str, when: float, p: Port) -> bool:
+        """Still the port's timer (else the port was rescheduled since, or lost its carrier)."""
+        return p.enabled and (when == p.next_tx if kind == "tx" else when == self._rx_timer(p))
+
+    def due(self, now: float) -> list[Port]:
+        """The ports to step now, in port order; each must then be passed to ``schedule``."""
+        due, self.touched = self.touched, {}
+        later = []
+        while self.heap and self.heap[0][0] <= now + self.slack:
+            entry = heapq.heappop(self.heap)
+            when, _, kind, iface = entry
+            p = self.by_iface[iface]
+            if not self._valid(kind, when, p):
+                continue
+            if kind == "rx" and when > now:
+                later.append(entry)
+            else:
+                due[iface] = p
+        for entry in later:
+            heapq.heappush(self.heap, entry)
+        if len(due) == len(self.ports):
+            return self.ports
+        return [p for p in self.ports if p.iface in due] if len(due) > 1 else list(due.values())
+
+    def send_time(self, p: Port, now: float) -> float:
+        """The time to pass ``p.due``: its own ``next_tx`` when that is within the slack, else now."""
+        return p.next_tx if now < p.next_tx <= now + self.slack else now
+
+    def schedule(self, p: Port) -> None:
+        """Put a stepped port's timers on the heap (those that changed)."""
+        if not p.enabled:
+            self.scheduled.pop(p.iface, None)
+            return
+        want = (p.next_tx, self._rx_timer(p))
+        have = self.scheduled.get(p.iface)
+        if want == have:
+            return
+        self.scheduled[p.iface] = want
+        if have is None or want[0] != have[0]:
+            self.seq += 1
+            heapq.heappush(self.heap, (want[0], self.seq, "tx", p.iface))
+        if want[1] is not None and (have is None or want[1] != have[1]):
+            self.seq += 1
+            heapq.heappush(self.heap, (want[1], self.seq, "rx", p.iface))
+
+    def next_deadline(self, now: float) -> float:
+        """When a port is next due: now if one was touched; now + 1 s with no timer at all."""
+        if self.touched:
+            return now
+        while self.heap and not self._valid(self.heap[0][2], self.heap[0][0], self.by_iface[self.heap[0][3]]):
+            heapq.heappop(self.heap)
+        return self.heap[0][0] if self.heap else now + 1.0

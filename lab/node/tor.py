@@ -15,7 +15,7 @@ import time
 
 from hpnlab.node import lacp, microbfd, rtnl, spray, stack
 from hpnlab.node.agent import (agent_main, apply_carriers, CarrierEvents, KernelWriter, LacpDriver, StatusFile,
-                               iface_mac, log, wait)
+                               closed_fd, iface_mac, log, wait)
 from hpnlab.node.rtnl import (RT_SCOPE_LINK, RTM_DELNEIGH, RTM_DELROUTE, RTM_NEWNEIGH, RTM_NEWROUTE, RTMGRP_IPV4_ROUTE,
                               RTMGRP_LINK, RTMGRP_NEIGH, RTN_BLACKHOLE, dump_links, link_states, nl_messages,
                               parse_neigh, parse_route, rtnl_socket)
@@ -192,6 +192,10 @@ class TorAgent:
         self.status = StatusFile(status)
         self.changes = 0
         self.carrier_events = CarrierEvents()
+        # Something reconcile() reads changed since it last ran (a neighbour, a port's carrier, LACP mux or
+        # micro-BFD state, the hold-down, a failed route write): it walks every neighbour, and at LACP fast
+        # the loop wakes for each PDU, so it runs only then (and with the stacked pair's sync, always)
+        self.routes_stale = True
         # multipath.mode spray: the per-uplink tables follow the main table (hpnlab.node.spray)
         self.spray = spray.Keeper(cfg) if (cfg.get("multipath") or {}).get("mode") in spray.MODES else None
 
@@ -221,6 +225,7 @@ class TorAgent:
         self.hold.events.clear()
         if self.hold.resume is None and self.routes_nl is not None:
             self.routes_nl.close()
+            closed_fd()
             self.routes_nl = None
 
     def check_stall(self, now: float, last_alive: float) -> None:
@@ -258,12 +263,15 @@ class TorAgent:
         if deleted or state & (NUD_FAILED | NUD_INCOMPLETE):
             if self.neigh.get(dst) == iface:
                 del self.neigh[dst]
+                self.routes_stale = True
                 if not quiet:  # the timeline's ARP/neighbour events: why a host's /32 is withdrawn
                     log(f"{iface}: neighbour {dst} " + ("deleted" if deleted else
                                                         "failed" if state & NUD_FAILED else "incomplete"))
         else:
-            if self.neigh.get(dst) != iface and not quiet:
-                log(f"{iface}: neighbour {dst} learned")
+            if self.neigh.get(dst) != iface:
+                if not quiet:
+                    log(f"{iface}: neighbour {dst} learned")
+                self.routes_stale = True
             self.neigh[dst] = iface
 
     def _netlink(self, now: float) -> None:
@@ -277,7 +285,7 @@ class TorAgent:
         for mtype, payload in msgs:
             if mtype in (RTM_NEWNEIGH, RTM_DELNEIGH):
                 self._neigh(*parse_neigh(payload), deleted=mtype == RTM_DELNEIGH)
-        apply_carriers(self.ports, self.bfd, now, self.carrier_events.note(link_states(msgs), now))
+        apply_carriers(self.ports, self.bfd, now, self.carrier_events.note(link_states(msgs), now), self.driver.touch)
 
     def _drain(self, now: float) -> None:
         """Handle the events already queued before a dump: they are older than it, and handled after it
@@ -290,7 +298,7 @@ class TorAgent:
         """Carrier of every port now, in this thread (newer than any dump the writer has yet to hand back)."""
         have = dump_links()
         states = {p.iface: have.get(p.iface, False) for p in self.ports}
-        apply_carriers(self.ports, self.bfd, now, self.carrier_events.note(states, now))
+        apply_carriers(self.ports, self.bfd, now, self.carrier_events.note(states, now), self.driver.touch)
 
     def resync(self, now: float) -> None:
         self._drain(now)
@@ -313,6 +321,7 @@ class TorAgent:
     def reconcile(self) -> None:
         # Always installed: this is the ToR's own host table. mechanisms.host_routes only decides
         # whether FRR imports and advertises it (the frr.conf template).
+        self.routes_stale = False
         want = {ip: ifc for ip, ifc in self.neigh.items() if self.port_ok(ifc)}
         if self.pair:  # what the peer learned (and synced) is forwarded out of our port to the same host
             for ip, host in self.pair.peer_neigh.items():
@@ -346,8 +355,10 @@ class TorAgent:
         for r in self.writer.results():
             if r[0] == "failed" and self.installed.get(r[1]) == r[2]:
                 del self.installed[r[1]]
+                self.routes_stale = True
             elif r[0] == "links":
-                apply_carriers(self.ports, self.bfd, now, self.carrier_events.from_dump(self.ports, r[2], r[1]))
+                apply_carriers(self.ports, self.bfd, now, self.carrier_events.from_dump(self.ports, r[2], r[1]),
+                               self.driver.touch)
 
     @staticmethod
     def _dump_carriers(asked_at: float):
@@ -409,6 +420,7 @@ class TorAgent:
             self.spray.start()
         nl = self.nl.fileno()
         last_status = last_resync = last_alive = now
+        was_held = self.hold.held
         log(f"tor agent up: {len(self.ports)} host ports, lacp={'on' if self.mech['lacp'] else 'off'}, "
             f"system {self.ports[0].system if self.ports else '-'}")
         while True:
@@ -438,22 +450,34 @@ class TorAgent:
             if self.pair:
                 self.stack_step(now)
             self.update_hold(now)
-            lacp.select_individual(self.ports)
-            if self.hold.held:  # unselected: the actor's Synchronization stays off, the hosts do not distribute
-                for p in self.ports:
+            held = self.hold.held
+            # the ports touched or due (LacpDriver says why not all); every port while the hold-down holds
+            # them or when it lets them go, as the hold overrides selection
+            stepped = self.driver.step_ports(now)
+            ports = self.ports if held or held != was_held else stepped
+            if held != was_held:
+                self.routes_stale = True  # every port's port_ok() changed with it
+            was_held = held
+            lacp.select_individual(ports)
+            if held:  # unselected: the actor's Synchronization stays off, the hosts do not distribute
+                for p in ports:
                     p.selected = False
-            for p in self.ports:
+            for p in ports:
                 p.tick(now)
-                for e in p.events:
-                    log(e)
-                p.events.clear()
-            self.driver.transmit(now)
+                if p.events:
+                    self.routes_stale = True
+                    for e in p.events:
+                        log(e)
+                    p.events.clear()
+            self.driver.transmit(now, ports)
             if self.bfd:
                 for e in self.bfd.tick_and_send(now):
+                    self.routes_stale = True
                     log(e)
             before = self.changes
             self._collect(now)
-            self.reconcile()
+            if self.routes_stale or self.pair:
+                self.reconcile()
             if self.changes != before or now - last_status >= 1.0:
                 if now - last_resync >= RESYNC_S:  # safety nets: the kernel's tables are the truth
                     self._drain(now)
