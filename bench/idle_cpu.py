@@ -55,11 +55,17 @@ MECHANISMS = {"lacp-slow": "LACP fast (1 s PDUs) vs slow (30 s)", "bfd-off": "BF
 
 
 # --- pure: grouping and arithmetic (tests/test_idle_cpu.py) --------------------------------------------------
-def parse_stat(raw: str) -> tuple[str, int]:
-    """(comm, clock ticks of user + system + waited-for children's user + system) from /proc/PID/stat."""
+def parse_stat_split(raw: str) -> tuple[str, int, int]:
+    """(comm, user ticks, system ticks) from /proc/PID/stat, each with its waited-for children's."""
     comm = raw[raw.index("(") + 1:raw.rindex(")")]
     f = raw[raw.rindex(")") + 2:].split()  # f[0] is field 3 (state): utime is field 14, f[11]
-    return comm, int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    return comm, int(f[11]) + int(f[13]), int(f[12]) + int(f[14])
+
+
+def parse_stat(raw: str) -> tuple[str, int]:
+    """(comm, clock ticks of user + system + waited-for children's user + system) from /proc/PID/stat."""
+    comm, user, system = parse_stat_split(raw)
+    return comm, user + system
 
 
 def kind_of(comm: str, cmdline: str, role: str) -> str:
@@ -68,7 +74,7 @@ def kind_of(comm: str, cmdline: str, role: str) -> str:
     if comm in FRR_KINDS:
         return comm
     if "hpnlab.node." in cmdline:
-        return f"agent ({role})"
+        return f"agent_{role}"
     return "other"
 
 
@@ -97,6 +103,13 @@ def machine_busy_ticks(line: str) -> int:
     f = [int(x) for x in line.split()[1:]]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (f + [0] * 8)[:8]
     return user + nice + system + irq + softirq + steal
+
+
+def softirq_ticks(line: str) -> int:
+    """irq + softirq ticks from /proc/stat's first line: the kernel's packet work (a veth pair's packets
+    are handled in softirq), whoever's they are."""
+    f = [int(x) for x in line.split()[1:]]
+    return f[5] + f[6]
 
 
 def psi_some_total_us(text: str) -> int:
@@ -130,26 +143,28 @@ def mechanism_costs(cases: dict[str, dict]) -> dict[str, float]:
 
 
 # --- measuring (root) ---------------------------------------------------------------------------------------
-def read_procs(members: dict[int, str], roles: dict[str, str]) -> dict[int, tuple[str, int]]:
-    out = {}
+def read_procs(members: dict[int, str], roles: dict[str, str]) -> tuple[dict, dict]:
+    """pid -> (kind, ticks), all and system time only (the kernel's work a process asked for: its sends)."""
+    out, sys_out = {}, {}
     for pid, ns in members.items():
         try:
-            comm, ticks = parse_stat(Path(f"/proc/{pid}/stat").read_text())
+            comm, user, system = parse_stat_split(Path(f"/proc/{pid}/stat").read_text())
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             continue  # ended meanwhile
-        out[pid] = (kind_of(comm, cmd, roles.get(ns, "?")), ticks)
-    return out
+        kind = kind_of(comm, cmd, roles.get(ns, "?"))
+        out[pid], sys_out[pid] = (kind, user + system), (kind, system)
+    return out, sys_out
 
 
-def snapshot(lab) -> tuple[dict, int, int, float, float]:
+def snapshot(lab) -> tuple[dict, tuple[int, int], int, float, float]:
     from hpnlab.runtime.base import netns_members
 
     roles = {lab.runtime.netns(n): lab.role(n) for n in lab.nodes}
     procs = read_procs(netns_members(list(roles)), roles)
-    busy = machine_busy_ticks(Path("/proc/stat").read_text().splitlines()[0])
+    line = Path("/proc/stat").read_text().splitlines()[0]
     psi = psi_some_total_us(Path("/proc/pressure/cpu").read_text())
-    return procs, busy, psi, time.monotonic(), time.time()
+    return procs, (machine_busy_ticks(line), softirq_ticks(line)), psi, time.monotonic(), time.time()
 
 
 def measure(lab_key: str, case: str, window: float, settle: float, timeout: float) -> dict:
@@ -170,11 +185,13 @@ def measure(lab_key: str, case: str, window: float, settle: float, timeout: floa
     finally:
         lab.down()
     wall = m1 - m0
-    kinds = pct_by_kind(p0, p1, wall, hz)
-    row = {"lab": lab_key, "case": case, "nodes": nodes, "processes": len(p1), "up_s": round(up_s, 1),
-           "window_s": round(wall, 1), "pct_core": kinds, "pct_lab": round(sum(kinds.values()), 2),
+    kinds = pct_by_kind(p0[0], p1[0], wall, hz)
+    row = {"lab": lab_key, "case": case, "nodes": nodes, "processes": len(p1[0]), "up_s": round(up_s, 1),
+           "window_s": round(wall, 1), "pct_core": kinds, "pct_core_system": pct_by_kind(p0[1], p1[1], wall, hz),
+           "pct_lab": round(sum(kinds.values()), 2),
            "pct_agents": round(sum(v for k, v in kinds.items() if k.startswith("agent")), 2),
-           "pct_machine": round(100.0 * (b1 - b0) / hz / wall, 2),
+           "pct_machine": round(100.0 * (b1[0] - b0[0]) / hz / wall, 2),
+           "pct_softirq": round(100.0 * (b1[1] - b0[1]) / hz / wall, 2),
            "psi_some_pct": round(100.0 * (s1 - s0) / 1e6 / wall, 2), "agent_timers_late": late}
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row
@@ -219,17 +236,22 @@ def code_label(rev: str | None) -> str:
 # --- the file -------------------------------------------------------------------------------------------------
 def summary(doc: dict) -> str:
     lines = ["Idle CPU of a lab, % of one core over the window (bench/idle_cpu.py); machine = the whole machine's",
-             "busy CPU, psi = CPU pressure 'some'; late = the agents' worst timer lateness in the window (ms).", ""]
+             "busy CPU (other users' work included), softirq = the machine's irq + softirq (the packets), psi = CPU",
+             "pressure 'some'; late = the agents' worst timer lateness in the window (ms).", ""]
     for lab_key, codes in doc.get("labs", {}).items():
         for code, c in codes.items():
             lines.append(f"== {lab_key}, agents {code} ({c['label']})")
             kinds = sorted({k for row in c["cases"].values() for k in row["pct_core"]})
-            lines.append(f"{'case':<12} {'nodes':>5} {'lab':>7} {'machine':>7} {'psi':>6} {'late':>6}  "
+            lines.append(f"{'case':<14} {'nodes':>5} {'lab':>7} {'machine':>7} {'softirq':>7} {'psi':>6} {'late':>6}  "
                          + " ".join(f"{k:>13}" for k in kinds))
             for case, row in c["cases"].items():
-                lines.append(f"{case:<12} {row['nodes']:>5} {row['pct_lab']:>7.2f} {row['pct_machine']:>7.2f} "
-                             f"{row['psi_some_pct']:>6.2f} {row['agent_timers_late']['worst_ms']:>6.1f}  "
+                lines.append(f"{case:<14} {row['nodes']:>5} {row['pct_lab']:>7.2f} {row['pct_machine']:>7.2f} "
+                             f"{row.get('pct_softirq', float('nan')):>7.2f} {row['psi_some_pct']:>6.2f} {row['agent_timers_late']['worst_ms']:>6.1f}  "
                              + " ".join(f"{row['pct_core'].get(k, 0.0):>13.2f}" for k in kinds))
+            for case, row in c["cases"].items():
+                if row.get("pct_core_system"):
+                    lines.append(f"  {case}, of which system time: "
+                                 + ", ".join(f"{k} {v:.2f}" for k, v in row["pct_core_system"].items() if v))
             for mech, cost in c.get("mechanism_cost_pct", {}).items():
                 lines.append(f"  cost of {MECHANISMS[mech]}: {cost:.2f} % of a core")
             lines.append("")
@@ -249,6 +271,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--summary", action="store_true", help="only rewrite summary.txt from results.json")
     a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / "results.json"
     doc = json.loads(path.read_text()) if path.exists() else {}
     if not a.summary:
@@ -273,7 +296,6 @@ def main() -> int:
                 entry["mechanism_cost_pct"] = mechanism_costs(entry["cases"])
         doc["provenance"] = provenance.collect()
         doc.setdefault("window_s", a.window)
-        a.out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1) + "\n")
     (a.out / "summary.txt").write_text(summary(doc))
     print(summary(doc))

@@ -34,8 +34,8 @@ def test_parse_stat_keeps_a_name_with_spaces_and_parentheses():
     ("bgpd", "/usr/lib/frr/bgpd", "agg", "bgpd"),
     ("bfdd", "/usr/lib/frr/bfdd", "agg", "bfdd"),
     ("watchfrr", "/usr/lib/frr/watchfrr", "tor", "watchfrr"),
-    ("s0r0a", "python -m hpnlab.node.launcher /var/lib/hpnlab/x/config", "tor", "agent (tor)"),
-    ("s0h0", "/x/.venv/bin/python -m hpnlab.node.host node.json", "host", "agent (host)"),
+    ("s0r0a", "python -m hpnlab.node.launcher /var/lib/hpnlab/x/config", "tor", "agent_tor"),
+    ("s0h0", "/x/.venv/bin/python -m hpnlab.node.host node.json", "host", "agent_host"),
     ("iperf3", "iperf3 -s", "host", "other"),
 ])
 def test_kind_of(comm, cmd, role, kind):
@@ -44,13 +44,13 @@ def test_kind_of(comm, cmd, role, kind):
 
 def test_pct_by_kind_counts_deltas_new_processes_and_not_reused_pids():
     hz = 100
-    before = {1: ("bgpd", 1000), 2: ("agent (tor)", 500), 3: ("zebra", 70), 9: ("other", 5)}
+    before = {1: ("bgpd", 1000), 2: ("agent_tor", 500), 3: ("zebra", 70), 9: ("other", 5)}
     after = {1: ("bgpd", 1040),  # 40 ticks in 20 s at 100 Hz: 0.4 s = 2 % of a core
-             2: ("agent (tor)", 600),  # 100 ticks: 5 %
-             3: ("agent (host)", 30),  # pid 3 reused by another kind: counted from 0
-             4: ("agent (tor)", 20)}  # started inside the window: from 0
+             2: ("agent_tor", 600),  # 100 ticks: 5 %
+             3: ("agent_host", 30),  # pid 3 reused by another kind: counted from 0
+             4: ("agent_tor", 20)}  # started inside the window: from 0
     got = ic.pct_by_kind(before, after, 20.0, hz)
-    assert got == {"agent (host)": 1.5, "agent (tor)": 6.0, "bgpd": 2.0}
+    assert got == {"agent_host": 1.5, "agent_tor": 6.0, "bgpd": 2.0}
     assert "other" not in got  # ended inside the window: gone, not negative
 
 
@@ -92,8 +92,16 @@ def test_every_case_is_a_valid_override_and_relaxed_is_all_three():
 
 def test_summary_lists_every_case_and_cost():
     row = {"nodes": 16, "pct_lab": 12.0, "pct_machine": 20.0, "psi_some_pct": 3.0,
-           "agent_timers_late": {"worst_ms": 1.5}, "pct_core": {"bgpd": 4.0, "agent (tor)": 8.0}}
+           "agent_timers_late": {"worst_ms": 1.5}, "pct_core": {"bgpd": 4.0, "agent_tor": 8.0}}
     doc = {"labs": {"default": {"current": {"label": "abc", "cases": {"production": row},
                                             "mechanism_cost_pct": {"lacp-slow": 2.5}}}}}
     text = ic.summary(doc)
-    assert "production" in text and "agent (tor)" in text and "LACP fast" in text and "2.50" in text
+    assert "production" in text and "agent_tor" in text and "LACP fast" in text and "2.50" in text
+
+
+def test_softirq_ticks():
+    assert ic.softirq_ticks("cpu  100 5 50 9000 7 3 2 1 0 0") == 5
+
+
+def test_parse_stat_split_keeps_system_time_apart():
+    assert ic.parse_stat_split(_stat("s0h0", 30, 12, 5, 3)) == ("s0h0", 35, 15)
