@@ -240,7 +240,7 @@ def summary(doc: dict) -> str:
              "pressure 'some'; late = the agents' worst timer lateness in the window (ms).", ""]
     for lab_key, codes in doc.get("labs", {}).items():
         for code, c in codes.items():
-            lines.append(f"== {lab_key}, agents {code} ({c['label']})")
+            lines.append(f"== {lab_key} lab, {code}: the agents of {c['label']}")
             kinds = sorted({k for row in c["cases"].values() for k in row["pct_core"]})
             lines.append(f"{'case':<14} {'nodes':>5} {'lab':>7} {'machine':>7} {'softirq':>7} {'psi':>6} {'late':>6}  "
                          + " ".join(f"{k:>13}" for k in kinds))
