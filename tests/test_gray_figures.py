@@ -50,6 +50,7 @@ def _rep():
     res = {"faults": [
         {"fault": tl[0]["label"], "workload": {"baseline_rate": 10.0, "throughput_pct": 59.0},
          "timeline": {"events": [{"t_ms": 3900.0, "kind": "fib", "node": "s0r0a"},     # the isolation's own
+                                 {"t_ms": 3680.0, "kind": "lacp", "node": "s0h0"},   # so is this, before its log
                                  {"t_ms": 300.0, "kind": "carrier", "node": "s0r0a"}]}},  # not a detector
         {"fault": tl[1]["label"], "workload": {"baseline_rate": 10.0, "throughput_pct": 100.0},
          "timeline": {"events": [{"t_ms": 1500.0, "kind": "micro-bfd", "node": "s0r0a"}]}}]}
@@ -63,8 +64,14 @@ def test_times_link_and_isolation_of_each_fault(cfgs):
     assert a["link"] == b["link"] == "s0r0a>agg0-0"
     assert (a["detect_s"], a["localise_s"], a["isolate_s"]) == (3.0, 3.5, 3.7)
     assert a["right_link"] is True and a["localised_link"] == "s0r0a>agg0-0" and a["wrong_confirmed"] == 0
-    # the FIB change came after the isolation (its own doing) and a carrier event is no detector's
+    # the FIB change came after the isolation and the LACP one just before its log entry (both its own
+    # doing: APPLY_S), and a carrier event is no detector's
     assert a["control_plane_s"] is None and a["control_plane_events"] == 0
+    # an isolator that logs when its action began is cut there: an LACP event 10 ms before it is counted
+    gray["isolation"][0]["begun"] = T0 + 8.69
+    rep2, res2, _g, _w = _rep()
+    grayfigures.add_to_run(res2, rep2, gray, wl, cfgs)
+    assert res2["faults"][0]["gray"]["control_plane_s"] == 3.68
     # the second fault: the first confirmation named the wrong link; nothing isolated, one refusal
     assert b["localise_s"] == 3.0 and b["localised_link"] == "agg0-0>s1r0a" and b["right_link"] is False
     assert b["wrong_confirmed"] == 1 and b["named"] == ["agg0-0>s1r0a", "s0r0a>agg0-0"]
@@ -117,7 +124,8 @@ def test_aggregate_and_summary_lines(cfgs):
     assert v["faults"][1]["gray"]["right_link_runs"] == 0 and v["faults"][1]["gray"]["wrong_confirmed"] == 2
     assert v["prober_runs"]["false_positives"] == 4 and v["prober_runs"]["paths"]["median"] == 57
     lines = grayfigures.summary_lines({"variants": {"iso": v}})
-    # the second repetition isolated at 9.7 s: the FIB change at 8.9 s came before it and counts
+    # the second repetition isolated at 9.7 s: its LACP event at 8.68 s came more than APPLY_S before the log
+    # entry and counts, the FIB change at 8.9 s does not
     assert lines[0].startswith("gray iso / silent-loss s0r0a:agg0-0 rate=1 both=0: control plane reacted 1/2")
     assert "confirmed 2/2 (3.5/4.0/4.5 s), right link 2/2" in lines[0] and "isolated 2/2" in lines[0]
     assert lines[-1].startswith("prober iso: 57 paths, 5600.0 probes/s, node programs 0.6 CPU s/s, judge 0.01")

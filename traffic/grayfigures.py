@@ -21,6 +21,11 @@ GRAY = ("silent-loss", "bursty-loss", "corrupt", "silent-corrupt")
 # what counts as the control plane noticing (hpnlab.traffic.timeline kinds): a micro-BFD or LACP state
 # change on an agent, or any router's FIB change (BFD on a BGP session takes the session and its routes down)
 CONTROL = ("micro-bfd", "lacp", "fib")
+# an isolation's own events (the port's LACP detaching, the ToR's routes) come before the isolator's log
+# entry, which is written once the link-down or BGP shutdown has returned: up to this long on a loaded
+# 2-core machine (17-30 ms measured, the controller waiting for CPU for seconds per run); a log entry with
+# ``begun`` (when the action began) is cut there instead
+APPLY_S = 1.0
 TIMES = ("detect_s", "localise_s", "isolate_s", "control_plane_s")
 RATES = ("baseline_rate", "during_pct", "isolated_pct", "after_pct")
 OVERHEAD = ("paths", "probes_per_s", "probe_bytes_per_s", "node_cpu_s_per_s", "judge_cpu_s_per_s")
@@ -57,8 +62,9 @@ def fault_figures(f: dict, start: float, end: float, truth: str | None, events: 
     refused = [x for x in (log or []) if start <= x["t"] < end and x["action"] == "refused"]
     repair = f.get("reverted") if f.get("until") is not None else None
     # the control plane's own reaction: before the repair and before an isolation (whose link-down or
-    # BGP shutdown changes routes itself)
-    cut = min([x for x in (repair, iso[0]["t"] if iso else None) if x is not None], default=end)
+    # BGP shutdown changes LACP and routes itself)
+    began = iso[0].get("begun", iso[0]["t"] - APPLY_S) if iso else None
+    cut = min([x for x in (repair, began) if x is not None], default=end)
     ctl = [e for e in timeline_events if e.get("kind") in CONTROL and 0 <= e["t_ms"] / 1000 < cut - start]
     out = {"link": truth, "control_plane_s": round(ctl[0]["t_ms"] / 1000, 2) if ctl else None,
            "control_plane_events": len(ctl)}

@@ -84,9 +84,9 @@ class Isolator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _log(self, action: str, link: str, node: str, iface: str, why: str = "") -> None:
+    def _log(self, action: str, link: str, node: str, iface: str, why: str = "", begun: float | None = None) -> None:
         self.log.append({"t": round(time.time(), 3), "action": action, "link": link, "node": node, "iface": iface,
-                         **({"why": why} if why else {})})
+                         **({"why": why} if why else {}), **({"begun": round(begun, 3)} if begun else {})})
 
     def _kind(self, tor: str, ifc: str) -> str:
         if self.s["action"] != "auto":
@@ -110,7 +110,7 @@ class Isolator:
             self.lab.apply_fault(f)
             self.active[(tor, ifc)] = (f, now, lk)
             self._times.append(now)
-            self._log(f"isolated ({kind})", lk, tor, ifc)
+            self._log(f"isolated ({kind})", lk, tor, ifc, begun=now)  # t: done; begun: before its own events
             return True
 
     def restore(self, tor: str, ifc: str, why: str) -> None:
