@@ -15,6 +15,7 @@ wall time (Python's start included) and `up`'s own "up and verified in" figure, 
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -100,7 +101,7 @@ def measure(spec: str | None, runs: int, runtime: str) -> dict | None:
     ok = [t for t in own if t is not None]
     return {"spec": spec or "default", "runtime": runtime, "runs": len(times),
             "command_s": [round(t, 2) for t in times], "up_verified_s": ok,
-            "up_verified_min_s": min(ok, default=None), "up_verified_median_s": sorted(ok)[len(ok) // 2] if ok else None,
+            "up_verified_min_s": min(ok, default=None), "up_verified_median_s": round(statistics.median(ok), 3) if ok else None,
             "up_verified_max_s": max(ok, default=None), "memory": memory}
 
 
