@@ -4,7 +4,8 @@ into one results folder: results.json with every part's variants, summary.txt, p
 
 Why: the lab lock is shared, and a long experiment is run one variant (or a few) per acquisition; each part
 is a complete run of its variants, with its own provenance, kept under ``parts`` (the part's folder, when
-it started and finished, its commit and whether the tree was dirty). Nothing is recomputed from raw/:
+it started and finished, its commit and whether the tree was dirty, and the code that re-analysed it if
+``--reanalyse`` did). Nothing is recomputed from raw/:
 each variant's figures are the part's own. Usage:
 
   .venv/bin/python bench/merge_results.py results/gray-failure /tmp/gf/bfd-uplink /tmp/gf/prober-uplink ...
@@ -38,7 +39,9 @@ def merge(parts: list[dict], names: list[str]) -> dict:
     out["finished"] = max(p["finished"] for p in parts)
     out["parts"] = [{"from": name, "variants": list(p["variants"]), "started": p["started"],
                      "finished": p["finished"], "commit": p.get("provenance", {}).get("commit"),
-                     "dirty": p.get("provenance", {}).get("dirty")} for p, name in zip(parts, names)]
+                     "dirty": p.get("provenance", {}).get("dirty"),
+                     **({"reanalysed_by": p["reanalysed_by"]} if p.get("reanalysed") else {})}
+                    for p, name in zip(parts, names)]
     return out
 
 
