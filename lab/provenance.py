@@ -45,6 +45,33 @@ def git_checkout(where: Path = HERE) -> dict:
             "dirty": bool(status.strip()) if status is not None else UNKNOWN}
 
 
+# The folders whose files make a figure: the lab and its node programs, the traffic and its analysis, the
+# templates nodes are configured from, the specs, the experiments and the benches. A shared work tree is
+# nearly always dirty somewhere (docs, results being written); an edit here is what makes a figure's code
+# not the commit's.
+CODE_DIRS = ("lab", "traffic", "templates", "examples", "experiments", "bench")
+
+
+def dirty_paths(where: Path = HERE) -> list[str] | str:
+    """The files under CODE_DIRS of the hpnlab checkout ``where`` lies in that are not the commit's: changed,
+    added, deleted, renamed (both names) or untracked (a new module the code imports is uncommitted code as
+    much as an edit), sorted; [] when that code is the commit's; "unknown" outside a checkout."""
+    top = _run(["git", "-C", str(where), "rev-parse", "--show-toplevel"])
+    if not top or not _is_hpnlab(Path(top.strip())):
+        return UNKNOWN
+    out = _run(["git", "--no-optional-locks", "-C", top.strip(), "status", "--porcelain", "-z",
+                "--untracked-files=all", "--", *CODE_DIRS])
+    if out is None:
+        return UNKNOWN
+    paths, entries = set(), iter(out.split("\0"))
+    for e in entries:  # "XY path", and for a rename or copy the next entry is the old path
+        if len(e) > 3:
+            paths.add(e[3:])
+            if "R" in e[:2] or "C" in e[:2]:
+                paths.add(next(entries, ""))
+    return sorted(p for p in paths if p)
+
+
 # A checkout copied without its .git (the VMs get the tree as a tar: vm/run.py) carries its commit in this file
 # at its top, written by whoever copied it; without it such a run's results could not say what code made them.
 SOURCE_STAMP = ".hpnlab-source.json"
@@ -116,7 +143,7 @@ def code() -> dict:
 
 def collect() -> dict:
     """The code and this machine, when a run starts (``summarise`` adds the variants' part at its end)."""
-    return {**code(), "kernel": os.uname().release, "kernel_tcp_default": tcp_default(), "frr": frr_version(),
+    return {**code(), "dirty_paths": dirty_paths(), "kernel": os.uname().release, "kernel_tcp_default": tcp_default(), "frr": frr_version(),
             "cores": cores()}
 
 

@@ -51,6 +51,32 @@ def test_a_dirty_tree_is_dirty_and_untracked_files_do_not_count(tmp_path):
     assert provenance.git_checkout(repo)["dirty"] is True
 
 
+def test_dirty_paths_names_the_code_that_is_not_the_commits(tmp_path):
+    """Only files under the code's folders count, untracked ones too, a rename by both names; a tree whose
+    code is the commit's gives [] however dirty its docs are; outside a checkout, unknown."""
+    repo = tmp_path / "hp"
+    for d in ("lab", "bench", "docs", "results"):
+        (repo / d).mkdir(parents=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    (repo / "pyproject.toml").write_text('[project]\nname = "hpnlab"\n')
+    for f in ("lab/a.py", "lab/b.py", "bench/old.py", "docs/x.md"):
+        (repo / f).write_text("x\n")
+    for argv in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(repo), *argv], check=True, env=env)
+    assert provenance.dirty_paths(repo / "lab") == []
+    (repo / "docs" / "x.md").write_text("edited\n")
+    (repo / "results" / "r.json").write_text("{}")
+    (repo / "pyproject.toml").write_text('[project]\nname = "hpnlab"\nversion = "9"\n')
+    assert provenance.dirty_paths(repo) == [] and provenance.git_checkout(repo)["dirty"] is True
+    (repo / "lab" / "a.py").write_text("edited\n")
+    (repo / "lab" / "b.py").unlink()
+    (repo / "lab" / "new name.py").write_text("untracked\n")
+    subprocess.run(["git", "-C", str(repo), "mv", "bench/old.py", "bench/new.py"], check=True)
+    assert provenance.dirty_paths(repo) == ["bench/new.py", "bench/old.py", "lab/a.py", "lab/b.py", "lab/new name.py"]
+    assert provenance.dirty_paths(tmp_path / "elsewhere") == "unknown"
+
+
 def test_a_tree_copied_without_git_reads_its_stamp(tmp_path):
     """The VMs get the checkout as a tar with no .git; vm/run.py puts the commit beside it."""
     tree = tmp_path / "src"
@@ -98,7 +124,8 @@ def test_version_frr_cores_kernel_python(monkeypatch, tmp_path):
 
 def test_collect_has_every_key():
     p = provenance.collect()
-    assert set(p) == {"version", "commit", "dirty", "python", "kernel", "kernel_tcp_default", "frr", "cores"}
+    assert set(p) == {"version", "commit", "dirty", "dirty_paths", "python", "kernel", "kernel_tcp_default", "frr",
+                      "cores"}
     assert p["kernel"] == os.uname().release and p["python"] == platform.python_version()
     json.dumps(p)
 
