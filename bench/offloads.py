@@ -2,7 +2,7 @@
 default, ``links.offloads: false``) and with the kernel's offloads (``links.offloads: true``), unshaped and
 with every access and uplink shaped, side by side.
 
-    sudo .venv/bin/python bench/offloads.py [--runs 5] [--seconds 5] [--rates 500] [--json results/offloads/offloads.json]
+    sudo .venv/bin/python bench/offloads.py [--runs 5] [--seconds 5] [--rates 500] [--json results/offloads/offloads.json [--append]]
 
 Copies of the default lab run at once, one per (offloads, shaping) pair: "bmtu"/"bgso" unshaped, and for
 the i-th --rates value R "bmtu<i>"/"bgso<i>" with links.access and links.uplink at R Mbit/s. Per run, in alternation over
@@ -13,7 +13,10 @@ the receiver's Gbit/s, the sender's retransmits, CPU-seconds of the whole machin
 during the stream less the idle window's, that CPU per GB delivered, and the mean size of what left the
 sender's ports (tx bytes / tx packets of its rail-0 ports: one count per skb, so a super-packet shows).
 Prints the medians and the ratios MTU/offloads, and --json writes every run (with the machine's load
-average at the start: the CPU figures are the whole machine's, so other work on it is noise).
+average at the start: the CPU figures are the whole machine's, so other work on it is noise) and the
+provenance. With --append the runs already in the --json file are kept and these added to them (same
+--seconds, --rates and --congestion), the medians taken over all: more runs than one sitting allows, in
+parts; "invocations" says how the file was split (each part's runs, start, load average and provenance).
 
 Whether MTU frames change the failover figures or the emulator's timing is an experiment beside this file:
 ``hpnlab run bench/offloads-failover.yml --out results/offloads/failover``.
@@ -82,14 +85,28 @@ def main() -> int:
     ap.add_argument("--rates", default="500", help="comma-separated Mbit/s for the shaped pairs ('' for none)")
     ap.add_argument("--congestion", default="cubic")
     ap.add_argument("--json", help="write every run and the medians here")
+    ap.add_argument("--append", action="store_true", help="add these runs to those already in --json")
     a = ap.parse_args()
     rates = [float(r) for r in a.rates.split(",") if r.strip()]
     load = os.getloadavg()
+    before = {"invocations": [], "runs": {}}
+    if a.append and a.json and Path(a.json).exists():
+        try:
+            before = json.loads(Path(a.json).read_text())
+        except ValueError:
+            before = {}
+        same = {"seconds": a.seconds, "rates_mbit": rates, "congestion": a.congestion}
+        if not isinstance(before, dict) or "invocations" not in before or \
+                any(before.get(k) != v for k, v in same.items()):
+            print(f"bench/offloads.py: --append: {a.json} is not this bench's file with these settings {same}",
+                  file=sys.stderr)
+            return 2
     setups = {"unshaped": {}}
     for r in rates:
         cls = {"rate_mbit": r, "queue_kb": 256}
         setups[f"shaped_{r:g}mbit"] = {"links": {"access": cls, "uplink": cls}}
     labs: dict[tuple[str, str], Lab] = {}
+    started = time.time()
     res: dict[str, dict[str, list[dict]]] = {s: {"mtu": [], "offloads": []} for s in setups}
     try:
         for i, (setup, over) in enumerate(setups.items()):
@@ -106,11 +123,15 @@ def main() -> int:
     finally:
         for lab in labs.values():
             lab.down()
+    for s, v in before["runs"].items():  # --append: the file's runs first, then these
+        for m, runs in v.items():
+            res.setdefault(s, {}).setdefault(m, [])[:0] = runs
+    total = len(res["unshaped"]["mtu"])
     keys = ("gbit_s", "cpu_s_per_gb", "net_cpu_s", "retransmits", "mean_skb_bytes")
     med = {s: {m: {k: statistics.median(x[k] for x in runs) for k in keys} for m, runs in v.items()}
            for s, v in res.items()}
     ratio = {s: {k: v["mtu"][k] / v["offloads"][k] for k in ("gbit_s", "cpu_s_per_gb")} for s, v in med.items()}
-    print(f"median of {a.runs} runs of {a.seconds:g} s, one {a.congestion} TCP stream s0h0 -> s1h0 "
+    print(f"median of {total} runs of {a.seconds:g} s, one {a.congestion} TCP stream s0h0 -> s1h0 "
           f"(host -> ToR -> agg -> ToR -> host):")
     for s, v in med.items():
         for m, x in v.items():
@@ -122,9 +143,13 @@ def main() -> int:
         with open(a.json, "w") as f:
             from hpnlab import provenance
 
+            # the code and machine of these runs; with --append, of the latest part (each part's in invocations)
+            prov = provenance.collect()
+            parts = [*before["invocations"], {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+                                              "runs": a.runs, "loadavg_at_start": load, "provenance": prov}]
             json.dump({"what": "one TCP stream s0h0 -> s1h0 of the default lab, links.offloads false (mtu) vs true",
-                       "provenance": provenance.collect(),
-                       "kernel": platform.release(), "cpus": os.cpu_count(), "loadavg_at_start": load, "congestion": a.congestion,
+                       "provenance": prov, "invocations": parts,
+                       "kernel": platform.release(), "cpus": os.cpu_count(), "congestion": a.congestion,
                        "seconds": a.seconds, "rates_mbit": rates, "runs": res, "median": med, "ratio_mtu_over_offloads": ratio},
                       f, indent=1)
         print(f"wrote {a.json}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scale-ladder rungs side by side with IPMininet building the same switches (root).
 
-    sudo .venv/bin/python bench/scale_vs_ipmininet.py --ipmininet-python PY [--rungs 32,48] [--runs 1]
+    sudo .venv/bin/python bench/scale_vs_ipmininet.py --ipmininet-python PY [--rungs 32,48] [--runs 1] [--append]
 
 PY is a Python that imports ipmininet (bench/down_vs_ipmininet.py says how to set one up on Debian).
 
@@ -13,8 +13,12 @@ IPMininet has no dual-ToR hosts (each host NIC is a single-homed Mininet host on
 LACP agents, no ARP-to-/32 routes and no reachability check; hpnlab's "verified" includes all of those.
 Memory: PSS of zebra + bgpd per router, mean, taken when each side is up.
 
-Results: results/scale/vs-ipmininet.json. `--table` prints them as docs/scale.md's side-by-side table
-(tests/test_docs.py checks that the page holds it as generated).
+Results: results/scale/vs-ipmininet.json: {"provenance", "invocations", "runs"}. `--append` adds this
+invocation's runs to the file's, numbered after the runs each rung already has, so a ladder too long for one
+sitting is run in parts (a rung or a run each) into one file; "invocations" says how it was split (each
+one's rungs, runs, start, load average and provenance) and "provenance" is the latest one's. `--table`
+prints the runs as docs/scale.md's side-by-side table (tests/test_docs.py checks that the page holds it as
+generated).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,9 +122,10 @@ def hpnlab_once(nodes: int) -> dict:
             "bgpd_pss_mib": m.get("frr_daemon_mean_mib", {}).get("bgpd"), "timers": rec.get("timers")}
 
 
-def table(records: list[dict]) -> str:
-    """The records as a Markdown table, one row per rung: medians, then every run (the ratio per run from the
-    two times, to three places, so that runs the file rounds alike stay apart)."""
+def table(data: dict) -> str:
+    """The file's runs as a Markdown table, one row per rung: medians, then every run (the ratio per run from
+    the two times, to three places, so that runs the file rounds alike stay apart)."""
+    records = data["runs"]
     rows = ["| nodes | hpnlab up → verified, median (each run) | IPMininet start → every route, median (each run) | "
             "ratio, median | ratio, each run | zebra + bgpd PSS ratio, median |", "|" + "---|" * 6]
     for n in sorted({r["nodes"] for r in records}):
@@ -142,6 +148,8 @@ def main() -> int:
     ap.add_argument("--rungs", default="32,48", help="node counts from bench/scale.py (default 32,48)")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "results" / "scale" / "vs-ipmininet.json"))
+    ap.add_argument("--append", action="store_true", help="keep --out's runs and add these after them "
+                                                          "(a ladder run in parts)")
     a = ap.parse_args()
     if a.table:
         print(table(json.loads(Path(a.out).read_text())))
@@ -166,11 +174,31 @@ def main() -> int:
         print("some zebra/bgpd already runs on this machine: IPMininet's memory is counted by daemon name; stop them",
               file=sys.stderr)
         return 2
+    from hpnlab import provenance
+
+    path = Path(a.out)
+    data = {"provenance": None, "invocations": [], "runs": []}
+    if a.append and path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as e:
+            data = {"error": str(e)}
+        if not (isinstance(data, dict) and isinstance(data.get("invocations"), list)
+                and isinstance(data.get("runs"), list)):
+            print(f"bench/scale_vs_ipmininet.py: --append: {a.out} is not this bench's file", file=sys.stderr)
+            return 2
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # which code and machine made these runs, and how the file was split into invocations
+    prov = provenance.collect()
+    data["provenance"] = prov
+    data["invocations"].append({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rungs": rungs, "runs": a.runs,
+                                "loadavg_at_start": os.getloadavg(), "provenance": prov})
+    out = data["runs"]
     env = {**os.environ, "PATH": f"/usr/lib/frr:{os.environ.get('PATH', '')}"}  # where Debian puts FRR
-    out = []
     for n in rungs:
         hosts, aggs = scale.RUNGS[n]
-        for k in range(a.runs):
+        done = max((r["run"] for r in out if r["nodes"] == n), default=0)
+        for k in range(done, done + a.runs):
             print(f"rung {n}, run {k + 1}: hpnlab", flush=True)
             h = hpnlab_once(n)
             print(f"rung {n}, run {k + 1}: IPMininet", flush=True)
@@ -182,14 +210,14 @@ def main() -> int:
                 print(f"IPMininet failed: {r.stderr.strip().splitlines()[-3:]}", file=sys.stderr)
                 return 1
             i = json.loads(r.stdout.strip().splitlines()[-1])
-            row = {"nodes": n, "run": k + 1, "hpnlab": h, "ipmininet": i,
+            row = {"nodes": n, "run": k + 1, "invocation": len(data["invocations"]), "hpnlab": h, "ipmininet": i,
                    "time_ratio": round(h["up_s"] / i["converged_s"], 2) if i["converged_s"] else None}
             if h["zebra_pss_mib"] and h["bgpd_pss_mib"]:
                 row["router_pss_ratio"] = round((h["zebra_pss_mib"] + h["bgpd_pss_mib"])
                                                 / (i["zebra_pss_mib"] + i["bgpd_pss_mib"]), 2)
             out.append(row)
             print(json.dumps(row), flush=True)
-    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+            path.write_text(json.dumps(data, indent=1) + "\n")  # each run kept as it ends
     for n in rungs:
         rows = [r for r in out if r["nodes"] == n]
         med = lambda f: statistics.median(f(r) for r in rows)
