@@ -23,7 +23,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from hpnlab import lateness, nodesetup, orchestrate, verify
 from hpnlab.errors import RuntimeFailure, SpecError
@@ -34,6 +34,9 @@ from hpnlab.runtime.base import Runtime
 from hpnlab.signals import shielded
 from hpnlab.spec import Spec, check_lab_name, load_spec_data, merge, parse_spec
 from hpnlab.traffic import faults as faultmod, measure
+
+if TYPE_CHECKING:
+    from hpnlab.traffic import runjobs
 
 
 class Unhealthy(RuntimeFailure, AssertionError):
@@ -211,6 +214,7 @@ class Lab:
         self._records: dict[int, dict] = {}  # id(fault) -> its record, while active
         self._probe_runs: list[Path] = []
         self._nprobes = 0
+        self._njobs = 0  # run_jobs: each run's reports in workdir/jobs-N
         self._down = False
 
     # --- life -------------------------------------------------------------------------------------------
@@ -407,6 +411,23 @@ class Lab:
         self.host_ip(src, rail), self.host_ip(dst, rail)
         self._nprobes += 1
         return Probes(self, src, dst, rail, flows, rate, size, self._nprobes)
+
+    def run_jobs(self, jobs: list, policy: str = "fifo", duration_s: float = 30.0, queues: int = 2,
+                 pool: int = 16, rail: int = 0, congestion: str | None = None, seed: int = 0,
+                 progress: Callable[[str], None] | None = None) -> "runjobs.JobsResult":
+        """Several training jobs at once, scheduled by ``policy`` (fifo, crux, crux-priority-only,
+        crux-paths-only, reversed): each job a dict (or ``hpnlab.traffic.workloads.jobs.Job``) with the
+        experiment file's job keys (name, hosts, collective, size_kb, compute_ms, iterations, connections, k,
+        rail). Probes the jobs' path map, assigns classes and paths, runs every rank until each job has done
+        its ``iterations`` (else for ``duration_s``) and returns a ``hpnlab.traffic.runjobs.JobsResult``:
+        per job (``.jobs[name]``) iterations, iteration and exposed-communication times, GPU utilisation,
+        intensity, level, DSCP, ports and paths; ``cluster_gpu_util`` weighted by ranks. Bad input: the
+        experiment file's one-line error naming the key (SpecError), before anything runs."""
+        from hpnlab.traffic import runjobs
+        from hpnlab.traffic.workloads.base import CONGESTION_DEFAULT
+
+        return runjobs.run(self, jobs, policy, duration_s, queues, pool, rail, congestion or CONGESTION_DEFAULT,
+                           seed, progress)
 
     @contextlib.contextmanager
     def fault(self, kind: str, node: str, iface: str | list[str] | None = None, **params) -> Iterator[dict]:
