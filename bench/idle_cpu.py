@@ -48,10 +48,15 @@ CASES["relaxed"] = {k: v for d in list(CASES.values()) for k, v in d.items()}
 # LACP fast with the other two relaxed: at the segment, where production never came up healthy (issue 41),
 # relaxed minus this is what LACP fast costs
 CASES["lacp-fast-only"] = {k: v for k, v in CASES["relaxed"].items() if k != "lacp"}
+# production with a slower BFD: bfdd's cost per session end at each interval, which is what decides whether
+# the segment's 1,920 ends fit 2 cores (bench/segment_timers.py)
+CASES["bfd-300ms"] = {"bfd": {"interval_ms": 300}}
+CASES["bfd-1s"] = {"bfd": {"interval_ms": 1000}}
 # which mechanism each ablation switches off or down: its cost is production minus that case
 MECHANISMS = {"lacp-slow": "LACP fast (1 s PDUs) vs slow (30 s)", "bfd-off": "BFD 100 ms x 3 vs off",
               "bgp-3-9": "BGP keepalive/hold 1/3 vs 3/9", "relaxed": "all three",
-              "lacp-fast-only": "LACP fast vs slow with BFD off and BGP 3/9"}
+              "lacp-fast-only": "LACP fast vs slow with BFD off and BGP 3/9",
+              "bfd-300ms": "BFD 100 ms x 3 vs 300 ms x 3", "bfd-1s": "BFD 100 ms x 3 vs 1 s x 3"}
 
 
 # --- pure: grouping and arithmetic (tests/test_idle_cpu.py) --------------------------------------------------
