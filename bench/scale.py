@@ -374,16 +374,23 @@ def plot(records: list[dict], path: Path) -> None:
 
 def table(records: list[dict]) -> str:
     """The records as a Markdown table (one row per run, oldest first; the plot shows the last run of each
-    rung and timers)."""
-    rows = ["| run | nodes | timers | up -> verified | BGP converge | idle: CPU-s / s, drops | FRR PSS per router | "
-            "agents PSS (host / ToR) | peak used | down |", "|" + "---|" * 10]
+    rung and timers). "CPU-s to verified" is the machine's, with the part no lab process took ("other":
+    the kernel's work, and whatever else ran on the machine) in brackets: a run on a machine busy with other
+    work shows it there."""
+    rows = ["| run | nodes | timers | up -> verified | CPU-s to verified (other) | BGP converge | idle: CPU-s / s, drops | "
+            "FRR PSS per router | agents PSS (host / ToR) | peak used | down |", "|" + "---|" * 11]
     for r in records:
         ph = r["phases"]
         up = sum(p["wall_s"] for k, p in ph.items() if k not in ("idle", "down"))
+        upto = [p for k, p in ph.items() if k not in ("idle", "down")]
+        cpu = sum(p["cpu_s"] for p in upto)
+        # runs before the split by kind have no "other"
+        other = f"{sum(p['by_kind']['other'] for p in upto):.1f}" if all("by_kind" in p for p in upto) else "-"
         idle = ph.get("idle", {})
         drops = r.get("idle", {}).get("sessions_dropped", "-")
         m = r.get("memory", {})
         rows.append(f"| {r['time']} | {r['nodes']} | {series_name(r)} | {up:.1f} s{'' if r.get('verified') else ' (NOT verified)'} | "
+                    f"{cpu:.1f} ({other}) | "
                     f"{ph.get('BGP converged', {}).get('wall_s', '-')} s | "
                     f"{idle.get('cpu_s', '-')} / {idle.get('wall_s', '-')}, {drops} | "
                     f"{m.get('frr_per_router_mean_mib', '-')} MiB | "
