@@ -263,3 +263,104 @@ def test_measured_here_quotes_only_tagged_figures():
     bad = _untagged_measurements((DOCS / "scale.md").read_text())
     assert not bad, "untagged figures in docs/scale.md's Measured here (tag them or say what measures them):\n" + \
         "\n".join(bad)
+
+
+def _units(text: str):
+    """(start, end) of each paragraph, and of each table row on its own: where a figure's spread must be quoted."""
+    pos = 0
+    for block in re.split(r"(\n[ \t]*\n)", text):
+        start, pos = pos, pos + len(block)
+        if not any(line.lstrip().startswith("|") for line in block.splitlines()):
+            yield start, pos
+            continue
+        for line in block.split("\n"):
+            yield start, start + len(line)
+            start += len(line) + 1
+
+
+# Words that present a figure as one of several that differed; a figure equal in every repetition takes none.
+SPREAD_WORDS = re.compile(r"median|min[/–-]|–max|range|spread", re.I)
+
+
+def _hidden_repetitions(page: str, text: str, files: dict) -> list[str]:
+    """Every .median tag in text whose repetitions differ but whose paragraph or table row does not tag the same
+    key's .min and .max; and every one whose repetitions agree (or that is one run) but is presented with a spread."""
+    import json
+
+    text = re.sub(r"```.*?```", lambda m: re.sub(r"[^\n]", " ", m.group()), text, flags=re.S)  # keep offsets, lines
+    units = list(_units(text))
+    tags = list(FIG.finditer(text))
+    bad = []
+    for i, m in enumerate(tags):
+        base, _, stat = m["key"].rpartition(".")
+        if stat not in ("median", "min") or not base:
+            continue
+        if m["file"] not in files:
+            files[m["file"]] = json.loads((ROOT / m["file"]).read_text())
+        try:
+            summary = _resolve(files[m["file"]], base)
+        except (KeyError, IndexError, ValueError, TypeError):
+            continue  # test_tagged_figures_are_the_files_figures reports it
+        if not isinstance(summary, dict) or not isinstance(summary.get(stat), (int, float)):
+            continue
+        after = text[m.end():tags[i + 1].start() if i + 1 < len(tags) else len(text)]
+        after = re.split(r"\||\.\s|;|\n\s*\n", after)[0]
+        said_same = re.search(r"in (every|each) repetition|in all [0-9]|every run", after)
+        if said_same and isinstance(summary.get("max"), (int, float)):
+            # "the same in every repetition" holds where the repetitions' extremes agree as far as the figure is shown
+            scale = (float(m["by"]) if m["op"] == "*" else 1 / float(m["by"])) if m["op"] else 1
+            places = len(m["num"].split(".")[1]) if "." in m["num"] else 0
+            if round(summary["min"] * scale, places) != round(summary["max"] * scale, places):
+                bad.append(f"{page}: {m['file']}:{m['key']} is said to be the same in every repetition, but the "
+                           f"repetitions gave {summary['min']}..{summary['max']}")
+        if stat != "median":
+            continue
+        start, end = next((s, e) for s, e in units if s <= m.start() < e)
+        unit = text[start:end]
+        if summary.get("n") == 1 or len({summary[k] for k in ("min", "median", "max") if k in summary}) == 1:
+            # the figure after the tag, up to the next tag, cell or sentence end, must not claim a spread
+            if SPREAD_WORDS.search(after) and not all(f"{m['file']}:{base}.{k}" in unit for k in ("min", "max")):
+                bad.append(f"{page}: {m['file']}:{m['key']} is the same in every repetition, but is quoted as a "
+                           f"median: {after.strip()[:60]!r}")
+            continue
+        # a bound the file does not hold (a map's ratios keep no min; an idle link's ratio is infinite) cannot be
+        # tagged: the table shows it as a word or a sign
+        missing = [k for k in ("min", "max")
+                   if summary.get(k) is not None and f"<!--fig {m['file']}:{base}.{k}" not in unit]
+        if missing:
+            bad.append(f"{page}: {m['file']}:{m['key']} without its {' and '.join(missing)} "
+                       f"(n={summary.get('n')}, {summary.get('min')}..{summary.get('max')})")
+    return bad
+
+
+def test_a_median_comes_with_its_min_and_max():
+    """Every repetition visible: a median the docs quote has the same key's min and max tagged in its paragraph or
+    table row (a stalled repetition cannot hide behind it), unless every repetition gave the same figure or there
+    was one, and then it is not presented as a median."""
+    import json
+
+    f = "results/link-failure/results.json"
+    k = "variants.dual-tor-clos.faults.0.converged_gap_ms"
+    doc = json.loads((ROOT / f).read_text())
+    lo, mid, hi = (_resolve(doc, f"{k}.{x}") for x in ("min", "median", "max"))
+    assert lo != hi
+    # the check itself: a bare median is found, one beside its min and max (in the same row) is not
+    assert _hidden_repetitions("t", f"converged in <!--fig {f}:{k}.median-->{mid} ms (median).\n", {})
+    assert not _hidden_repetitions("t", f"| <!--fig {f}:{k}.min-->{lo}/<!--fig {f}:{k}.median-->{mid}/"
+                                        f"<!--fig {f}:{k}.max-->{hi} |\n", {})
+    assert _hidden_repetitions("t", f"| <!--fig {f}:{k}.min-->{lo} |\n| <!--fig {f}:{k}.median-->{mid} | "
+                                    f"<!--fig {f}:{k}.max-->{hi} |\n", {})
+    # and "the same in every repetition" where the repetitions differ is found
+    assert _hidden_repetitions("t", f"gap <!--fig {f}:{k}.median-->{mid} ms (<!--fig {f}:{k}.min-->{lo} in every "
+                                    f"repetition).\n", {})
+    # and a figure every repetition gave alike is not presented as a median
+    k1 = "variants.dual-tor.faults.0.streams.downstream.blackholed_flows"
+    same = _resolve(doc, f"{k1}.median")
+    assert _resolve(doc, f"{k1}.min") == _resolve(doc, f"{k1}.max") == same
+    assert _hidden_repetitions("t", f"<!--fig {f}:{k1}.median-->{same} flows (median).\n", {})
+    assert not _hidden_repetitions("t", f"<!--fig {f}:{k1}.median-->{same} flows in every repetition.\n", {})
+    bad, files = [], {}
+    for p in PAGES:
+        bad += _hidden_repetitions(p.name, p.read_text(), files)
+    assert not bad, "medians without their repetitions' min and max (quote min/median/max, or say the figure " \
+                    "was the same in every repetition):\n" + "\n".join(bad)
