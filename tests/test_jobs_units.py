@@ -398,3 +398,31 @@ def test_fuzzed_job_specs_load_or_fail_in_one_line_naming_the_field_and_exit_2(t
             assert msg in lines[0] and not out.exists(), (msg, lines[0])
     else:
         assert [j.name for j in plan.workload.jobs] == [j["name"] for j in workload["jobs"]]
+
+
+def test_the_traffic_programs_take_their_common_options_from_one_place():
+    """allreduce, alltoall and elephant's send/serve parse --duration/--start-at/--congestion/--dscp/--out
+    as hpnlab.node.jobrun defines them (one definition: a change reaches every program), the two job
+    programs also --compute-ms/--sports/--iterations."""
+    import argparse
+
+    from hpnlab.node import jobrun
+
+    common = argparse.ArgumentParser()
+    jobrun.add_common_args(common)
+    job = argparse.ArgumentParser()
+    jobrun.add_job_args(job, "ports")
+    want = {a.dest: (a.default, a.type, a.required) for a in common._actions if a.dest != "help"}
+    want_job = {a.dest: (a.default, a.type) for a in job._actions if a.dest != "help"}
+    progs = {"allreduce": [], "alltoall": [], "elephant": ["send", "serve"]}
+    for prog, subs in progs.items():
+        for sub in subs or [None]:
+            r = subprocess.run([sys.executable, "-m", f"hpnlab.node.{prog}", *([sub] if sub else []), "--help"],
+                               capture_output=True, text=True, cwd=REPO, timeout=60)
+            assert r.returncode == 0, r.stderr
+            for opt in ("--duration", "--start-at", "--congestion", "--dscp", "--out"):
+                assert opt in r.stdout, (prog, sub, opt)
+            if prog != "elephant":
+                assert all(o in r.stdout for o in ("--compute-ms", "--sports", "--iterations")), prog
+    assert want["duration"][2] and want["out"][2] and want["dscp"][0] is None and want_job["iterations"][0] is None
+    assert jobrun.sports_of(argparse.Namespace(sports="30000,30001")) == [30000, 30001]

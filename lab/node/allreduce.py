@@ -33,14 +33,12 @@ import collections
 import errno
 import fcntl
 import selectors
-import signal
 import socket
 import struct
 import sys
 import time
 
-from hpnlab.node import dscp, tcpcc
-from hpnlab.node.reports import write_json
+from hpnlab.node import dscp, jobrun, tcpcc
 
 FRAME = struct.Struct("!IIII")  # step, segment, segments in step, payload length
 SIOCOUTQ = 0x5411
@@ -341,34 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=1 << 21, help="bytes all-reduced per iteration")
     p.add_argument("--conns", type=int, default=4)
     p.add_argument("--select", choices=["one", "least-loaded"], default="least-loaded")
-    p.add_argument("--duration", type=float, required=True)
-    p.add_argument("--start-at", type=float, default=0.0)
-    p.add_argument("--congestion", default=tcpcc.DEFAULT,
-                   help="TCP congestion control of every connection (setsockopt TCP_CONGESTION; fails if refused)")
     p.add_argument("--timeout", type=float, default=None,
                    help="abort when one all-reduce has not completed this many seconds after it began")
-    p.add_argument("--dscp", type=int, default=None, choices=range(dscp.DSCP_MAX + 1), metavar="0..63",
-                   help="mark every connection's packets, both ends, with this DSCP (IP_TOS; default: unmarked)")
-    p.add_argument("--compute-ms", type=float, default=0.0,
-                   help="GPU work at the start of every iteration, emulated by waiting (ms)")
-    p.add_argument("--sports", default="", help="comma-separated source ports of the outgoing connections")
-    p.add_argument("--iterations", type=int, default=None, help="stop after this many iterations")
-    p.add_argument("--out", required=True)
+    jobrun.add_common_args(p)
+    jobrun.add_job_args(p, "comma-separated source ports of the outgoing connections")
     a = p.parse_args(argv)
-    stop = {"flag": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
-    signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
-    ring = Ring(a.rank, a.addrs.split(","), a.port, a.size, a.conns, a.select, congestion=a.congestion,
-                timeout=a.timeout, dscp=a.dscp, compute=a.compute_ms / 1000,
-                sports=[int(x) for x in a.sports.split(",") if x], iterations=a.iterations)
-    ring.connect(deadline=max(a.start_at, time.time()) + 15)
-    while time.time() < a.start_at and not stop["flag"]:
-        time.sleep(0.005)
-    rep = ring.run(a.duration - max(0.0, time.time() - a.start_at) if a.start_at else a.duration,
-                   lambda: stop["flag"])
-    write_json(rep, a.out)
-    return 0
-
+    return jobrun.run_job(a, lambda: Ring(a.rank, a.addrs.split(","), a.port, a.size, a.conns, a.select,
+                                          congestion=a.congestion, timeout=a.timeout, dscp=a.dscp,
+                                          compute=a.compute_ms / 1000, sports=jobrun.sports_of(a),
+                                          iterations=a.iterations))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,7 +26,7 @@ import struct
 import sys
 import time
 
-from hpnlab.node import dscp, tcpcc
+from hpnlab.node import dscp, jobrun, tcpcc
 from hpnlab.node.reports import StopFlag, wait_until, write_json
 
 SIOCOUTQ = 0x5411
@@ -227,13 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--bind", required=True)
     for x in (s, r):
         x.add_argument("--port", type=int, default=5300)
-        x.add_argument("--duration", type=float, required=True)
-        x.add_argument("--start-at", type=float, default=0.0)
-        x.add_argument("--congestion", default=tcpcc.DEFAULT,
-                       help="TCP congestion control of every socket (setsockopt TCP_CONGESTION; fails if refused)")
-        x.add_argument("--dscp", type=int, default=None, choices=range(dscp.DSCP_MAX + 1), metavar="0..63",
-                       help="mark every socket's packets with this DSCP (IP_TOS; default: unmarked)")
-        x.add_argument("--out", required=True)
+        jobrun.add_common_args(x, marks="every socket's packets")
     a = p.parse_args(argv)
     if a.mode == "send":
         flows = [(d, int(sp)) for d, sp in (x.rsplit(":", 1) for x in a.flows.split(","))]

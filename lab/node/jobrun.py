@@ -1,0 +1,65 @@
+"""What the node programs that carry a workload's traffic share: their common command-line options (the
+run's duration and common start, TCP congestion control, DSCP marking, the report's path), a training job's
+own (compute phase, source ports, iteration count), and a job rank's life (hpnlab.node.allreduce and
+hpnlab.node.alltoall): stop cleanly on SIGTERM/SIGINT, connect by a deadline, wait for the common start,
+run for what is left of the duration, write the report. One place, so the programs cannot drift apart in
+how a run starts, stops or reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from typing import Any, Callable, Protocol
+
+from hpnlab.node import dscp, tcpcc
+from hpnlab.node.reports import write_json
+
+CONNECT_S = 15.0  # a rank's connections must be up this long after the common start (or now, if later)
+
+
+class JobRank(Protocol):
+    def connect(self, deadline: float) -> None: ...
+
+    def run(self, duration: float, stop_flag: Callable[[], bool]) -> dict: ...
+
+
+def add_common_args(p: argparse.ArgumentParser, marks: str = "every connection's packets, both ends,") -> None:
+    """--duration, --start-at, --congestion, --dscp and --out. ``marks``: what --dscp's help says is marked."""
+    p.add_argument("--duration", type=float, required=True)
+    p.add_argument("--start-at", type=float, default=0.0)
+    p.add_argument("--congestion", default=tcpcc.DEFAULT,
+                   help="TCP congestion control of every connection (setsockopt TCP_CONGESTION; fails if refused)")
+    p.add_argument("--dscp", type=int, default=None, choices=range(dscp.DSCP_MAX + 1), metavar="0..63",
+                   help=f"mark {marks} with this DSCP (IP_TOS; default: unmarked)")
+    p.add_argument("--out", required=True)
+
+
+def add_job_args(p: argparse.ArgumentParser, sports_help: str) -> None:
+    """A training job's --compute-ms, --sports and --iterations."""
+    p.add_argument("--compute-ms", type=float, default=0.0,
+                   help="GPU work at the start of every iteration, emulated by waiting (ms)")
+    p.add_argument("--sports", default="", help=sports_help)
+    p.add_argument("--iterations", type=int, default=None, help="stop after this many iterations")
+
+
+def sports_of(a: argparse.Namespace) -> list[int]:
+    return [int(x) for x in a.sports.split(",") if x]
+
+
+def run_job(a: argparse.Namespace, make: Callable[[], Any]) -> int:
+    """One rank's life: ``make()`` builds it (after the signal handlers are in, so a stop that comes early
+    still ends in a report), it connects, waits for --start-at, runs for the rest of --duration and its
+    report goes to --out."""
+    stop = {"flag": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
+    signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
+    job: JobRank = make()
+    job.connect(deadline=max(a.start_at, time.time()) + CONNECT_S)
+    while time.time() < a.start_at and not stop["flag"]:
+        time.sleep(0.005)
+    rep = job.run(a.duration - max(0.0, time.time() - a.start_at) if a.start_at else a.duration,
+                  lambda: stop["flag"])
+    write_json(rep, a.out)
+    return 0
