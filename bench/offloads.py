@@ -17,6 +17,8 @@ average at the start: the CPU figures are the whole machine's, so other work on 
 provenance. With --append the runs already in the --json file are kept and these added to them (same
 --seconds, --rates and --congestion), the medians taken over all: more runs than one sitting allows, in
 parts; "invocations" says how the file was split (each part's runs, start, load average and provenance).
+"idle_busy_cores" is how many cores' worth the idle windows kept busy (median): near all the machine's
+cores, the CPU figures cannot be read, and the bench warns.
 
 Whether MTU frames change the failover figures or the emulator's timing is an experiment beside this file:
 ``hpnlab run bench/offloads-failover.yml --out results/offloads/failover``.
@@ -131,6 +133,14 @@ def main() -> int:
     med = {s: {m: {k: statistics.median(x[k] for x in runs) for k in keys} for m, runs in v.items()}
            for s, v in res.items()}
     ratio = {s: {k: v["mtu"][k] / v["offloads"][k] for k in ("gbit_s", "cpu_s_per_gb")} for s, v in med.items()}
+    # How busy the machine was with nothing sent (cores' worth, median of the idle windows): the CPU figures
+    # are what a stream added to that, so on a machine near all its cores busy they cannot be read (the
+    # stream had no idle CPU to add).
+    idle_busy = statistics.median(x["idle_cpu_s"] / a.seconds for v in res.values() for runs in v.values() for x in runs)
+    cores = os.cpu_count() or 1
+    if idle_busy > 0.75 * cores:
+        print(f"warning: the idle windows kept {idle_busy:.2f} of {cores} cores busy (median): the machine was busy "
+              "with other work, and the CPU figures cannot be read", file=sys.stderr)
     print(f"median of {total} runs of {a.seconds:g} s, one {a.congestion} TCP stream s0h0 -> s1h0 "
           f"(host -> ToR -> agg -> ToR -> host):")
     for s, v in med.items():
@@ -150,7 +160,8 @@ def main() -> int:
             json.dump({"what": "one TCP stream s0h0 -> s1h0 of the default lab, links.offloads false (mtu) vs true",
                        "provenance": prov, "invocations": parts,
                        "kernel": platform.release(), "cpus": os.cpu_count(), "congestion": a.congestion,
-                       "seconds": a.seconds, "rates_mbit": rates, "runs": res, "median": med, "ratio_mtu_over_offloads": ratio},
+                       "seconds": a.seconds, "rates_mbit": rates, "idle_busy_cores": idle_busy, "runs": res, "median": med,
+                       "ratio_mtu_over_offloads": ratio},
                       f, indent=1)
         print(f"wrote {a.json}")
     return 0
