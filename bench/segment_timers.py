@@ -144,6 +144,7 @@ def case_summary(runs: list[dict]) -> dict:
     kinds = sorted({k for r in runs for k in r["cpu"]["pct_core"]})
     return {"runs": len(runs), "held": sum(r["verdict"]["holds"] for r in runs),
             "verified": sum(r["verified"] for r in runs),
+            "verify_ok_at_end": sum(bool(r.get("verify_at_end", {}).get("ok")) for r in runs),
             "up_s": spread([r["up_s"] for r in runs if r["verified"]]),
             "reestablished_in_up": spread([r["bgp_at_verified"].get("reestablished") for r in runs]),
             "reestablished_in_hold": spread([r["bgp_at_end"]["established"] - r["bgp_at_verified"]["established"]
@@ -291,7 +292,8 @@ def summary(doc: dict) -> str:
                              f"{r['at_up']['failing_checks']} of {r['at_up']['checks']} checks "
                              f"failing: {r['at_up']['failing'][:300]}")
         s = c["summary"]
-        lines.append(f"  {case}: held {s['held']} of {s['runs']}, verified {s['verified']} of {s['runs']}"
+        lines.append(f"  {case}: held {s['held']} of {s['runs']}, verified {s['verified']} of {s['runs']}, "
+                     f"verify ok at the end {s.get('verify_ok_at_end', '?')} of {s['runs']}"
                      + (f", up {s['up_s']['min']}-{s['up_s']['max']} s" if s["up_s"] else "")
                      + f", lab {s['pct_lab']['min']}-{s['pct_lab']['max']} % of a core")
         lines.append("")
@@ -334,6 +336,8 @@ def main() -> int:
         doc["timeout_s"], doc["hold_s"] = a.timeout, a.hold
         doc["provenance"] = run["provenance"]
         path.write_text(json.dumps(doc, indent=1) + "\n")
+    for entry in doc.get("cases", {}).values():  # a summary of the code at hand, also for earlier runs
+        entry["summary"] = case_summary(entry["runs"])
     small = a.out / "bfd-default-lab" / "results.json"  # bench/idle_cpu.py --out there (see the docstring)
     if small.exists():
         cases = json.loads(small.read_text())["labs"]["default"]["current"]["cases"]

@@ -71,7 +71,9 @@ def test_case_summary_counts_reestablished_during_up_and_hold():
     s = st.case_summary([a, b])
     assert s["reestablished_in_up"] == {"min": 0, "median": 2.5, "max": 5, "n": 2}
     assert s["reestablished_in_hold"] == {"min": 0, "median": 0.5, "max": 1, "n": 2}
-    assert s["held"] == 1 and s["pct_of_two_cores"]["median"] == 40.0
+    assert s["held"] == 1 and s["pct_of_two_cores"]["median"] == 40.0 and s["verify_ok_at_end"] == 2
+    b["verify_at_end"] = {"ok": False, "failing": "agent s0h1: no heartbeat"}
+    assert st.case_summary([a, b])["verify_ok_at_end"] == 1
 
 
 def test_a_bfdd_that_did_not_answer_is_no_proof_of_no_downs():
