@@ -264,9 +264,9 @@ def verify_col(run: dict) -> str:
 
 # --- the file -------------------------------------------------------------------------------------------------
 def summary(doc: dict) -> str:
-    lines = ["The paper's segment (examples/segment-full.yml, 264 nodes, 960 BGP sessions) with LACP fast and BGP",
-             "1/3, BFD as named (bench/segment_timers.py). up = s to verified (timeout %s s); re-est = BGP sessions"
-             % doc.get("timeout_s", "?"),
+    lines = ["The paper's segment (examples/segment-full.yml, 264 nodes, 960 BGP sessions) with LACP fast; BGP 3/9",
+             "in the bgp-3-9* cases, else 1/3; BFD as each case names (bench/segment_timers.py, CASES).",
+             "up = s to verified (timeout %s s); re-est = BGP sessions" % doc.get("timeout_s", "?"),
              "re-established (during up / during the hold); bfd-down = BFD session downs in the hold; verify = at",
              "the hold's end; lab = the lab's processes, % of ONE core over the hold's window (budget: 100, half",
              "of two cores); psi = CPU pressure 'some' %; late = the agents' worst timer lateness (ms).", ""]
