@@ -157,7 +157,10 @@ PROBES = {
     "htb": lambda: _in_scratch_netns(["sh", "-c", "tc qdisc add dev lo root handle 1: htb default 10 && "
                                       "tc class add dev lo parent 1: classid 1:10 htb rate 1mbit && "
                                       "tc qdisc add dev lo parent 1:10 handle 10: bfifo limit 10000"]),
-    "prio": lambda: _qdisc("prio", "bands", "2"),
+    # prio with fewer than 3 bands needs its own priomap: tc sends the default one (1 2 2 2 1 2 0 0 1 ...),
+    # which names band 2, and tc refuses a priomap naming a band the qdisc lacks, also where the kernel has
+    # sch_prio; the qos node plan always writes a priomap
+    "prio": lambda: _qdisc("prio", "bands", "2", "priomap", *["0"] * 16),
     "ets": lambda: _qdisc("ets", "bands", "2", "strict", "2"),
     "netem": lambda: _qdisc("netem", "delay", "0ms"),
     "bonding": _bonding,
