@@ -171,11 +171,14 @@ def test_tagged_figures_are_the_files_figures():
     figs = _figures()
     assert len(figs) >= 20, f"only {len(figs)} tagged figures: the README's key figures and the results pages carry tags"
     bad = []
+    loaded: dict[str, object] = {}  # each file parsed once: thousands of tags, some files tens of MB
     for page, m in figs:
         path = ROOT / m["file"]
         assert path.exists(), f"{page}: {m['file']} does not exist"
+        if m["file"] not in loaded:
+            loaded[m["file"]] = json.loads(path.read_text())
         try:
-            value = _resolve(json.loads(path.read_text()), m["key"])
+            value = _resolve(loaded[m["file"]], m["key"])
         except (KeyError, IndexError, ValueError, TypeError):
             bad.append(f"{page}: {m['file']}:{m['key']} is not in the file")
             continue
