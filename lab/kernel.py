@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from hpnlab import netdefaults
 from hpnlab.errors import HpnlabError
 from hpnlab.node.plan import OPTIONAL_SYSCTLS
 from hpnlab.spec import SPRAY_MODES
@@ -210,8 +211,12 @@ class Assessment:
     refusal: str | None = None  # why the lab cannot run on this kernel (first reason)
 
 
-def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) -> Assessment:
-    """What a lab of ``spec`` gets on this kernel (or on one described by ``have``, for tests)."""
+def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None,
+           shared: dict[str, str] | None = None) -> Assessment:
+    """What a lab of ``spec`` gets on this kernel (or on one described by ``have``, for tests), and on this
+    machine's shared network sysctls (or ``shared``; a described kernel reads none)."""
+    if shared is None:
+        shared = netdefaults.read_shared() if have is None else {}
     have = have if have is not None else probe_all()
     out = Assessment(release=rel or release(), lacks=sorted(k for k, ok in have.items() if not ok),
                      skip_sysctls=[k for k, feature in OPTIONAL_SYSCTLS.items() if not have.get(feature, True)])
@@ -259,6 +264,7 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None) ->
     if not have.get("bonding", True) and spec.host_driver == "bond":
         refuse(f"spec field 'host_driver': 'bond' needs kernel bonding, which {on} lacks; use 'auto' or "
                f"'userspace' (the userspace LACP host agent)")
+    out.notes += netdefaults.drift(shared)
     return out
 
 

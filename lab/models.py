@@ -56,7 +56,7 @@ class NodeConfig(_Model):
     role: Literal["host", "tor", "agg", "core"]
     interfaces: list[Interface]
     mechanisms: dict[str, bool]
-    sysctls: dict[str, int]
+    sysctls: dict[str, int | str]  # a vector (tcp_rmem) is its fields separated by spaces
     offloads: bool = False  # links.offloads: false caps GSO at one segment (hpnlab.node.plan.offload_lines)
     lacp: dict[str, Any] | None = None
     # hosts

@@ -17,6 +17,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from hpnlab import netdefaults
+
 UNKNOWN = "unknown"
 ZEBRA = Path("/usr/lib/frr/zebra")
 PROC_TCP_DEFAULT = Path("/proc/sys/net/ipv4/tcp_congestion_control")
@@ -144,7 +146,10 @@ def code() -> dict:
 def collect() -> dict:
     """The code and this machine, when a run starts (``summarise`` adds the variants' part at its end)."""
     return {**code(), "dirty_paths": dirty_paths(), "kernel": os.uname().release, "kernel_tcp_default": tcp_default(), "frr": frr_version(),
-            "cores": cores()}
+            "cores": cores(),
+            # The machine-wide values every namespace shares, and the root's TCP buffer bounds (which a
+            # lab's hosts override with host_tcp_buffers): hpnlab.netdefaults.
+            "root_sysctls": netdefaults.read_shared(), "host_tcp_buffers": dict(netdefaults.HOST_TCP_BUFFERS)}
 
 
 def summarise(variants: dict[str, dict]) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jinja2
 
-from hpnlab import __version__, capacity, frr
+from hpnlab import __version__, capacity, frr, netdefaults
 from hpnlab.containers import IMAGES
 from hpnlab.errors import SpecError
 from hpnlab.node import fare, plan
@@ -43,6 +43,9 @@ HOST_SYSCTLS = {
     "net.ipv4.conf.all.ignore_routes_with_linkdown": 1,
     # Both ports carry the same IP: answer ARP only for addresses on the asking port.
     "net.ipv4.conf.all.arp_ignore": 1,
+    # TCP's buffer bounds at the kernel's defaults, not whatever the root namespace holds (a new namespace
+    # copies its values; hpnlab.netdefaults).
+    **netdefaults.HOST_TCP_BUFFERS,
 }
 
 

@@ -12,7 +12,7 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from hpnlab import fare, qos, vty
+from hpnlab import fare, netdefaults, qos, vty
 from hpnlab.errors import RuntimeFailure
 from hpnlab.models import NodeConfig
 from hpnlab.node import nsenter, reach, rtnl
@@ -52,6 +52,7 @@ def check_config(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
     # Keys this kernel lacks were left out of the plan (hpnlab.kernel; the lab's notes say what that costs).
     keys = [k for k in ("net.ipv4.fib_multipath_hash_policy", "net.ipv4.fib_multipath_hash_seed",
                         "net.ipv4.fib_multipath_hash_fields") if k not in set(rt.state.data.skip_sysctls)]
+    keys += list(netdefaults.HOST_TCP_BUFFERS)  # hosts' own, not the root namespace's (hpnlab.netdefaults)
 
     rates = fare.agg_rates(rt, cfgs) if fare.enabled(cfgs) else None
 
@@ -64,11 +65,14 @@ def check_config(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
         path = rt.netns_path(n)
         if path is not None:  # read by a thread inside the node's namespace: no process per node and poll
             have = nsenter.read_sysctls(path, mine)
-        else:
-            have = rt.run(n, ["sysctl", "-n", *mine], check=False, timeout=10).stdout.split()
-        want = [str(c.sysctls[k]) for k in mine]
-        if have != want:
-            problems.append(f"hash policy/seed/fields {' '.join(have) or '?'}, spec says {' '.join(want)}")
+        else:  # one line per key; a vector's fields are tab-separated
+            have = rt.run(n, ["sysctl", "-n", *mine], check=False, timeout=10).stdout.splitlines()
+        have = [netdefaults.normalise(v) for v in have]
+        want = [netdefaults.normalise(c.sysctls[k]) for k in mine]
+        have += ["?"] * (len(want) - len(have))
+        bad = [(k, h, w) for k, h, w in zip(mine, have, want) if h != w]
+        if bad:
+            problems.append("sysctls " + "; ".join(f"{k} is '{h}', the plan says '{w}'" for k, h, w in bad))
         shaped = {i.name: i.shape for i in c.interfaces if i.shape}
         if shaped:
             r = rt.run(n, ["tc", "-j", "qdisc", "show"], check=False, timeout=10)

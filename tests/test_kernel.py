@@ -208,3 +208,20 @@ def test_without_the_hold_open_fabric_neither_removes_nor_claims_to_release_anyt
     Runtime.open_fabric(Fake(), ["t", "a"], cfgs, said.append)
     assert done == [("solicit", ["t"]), ("wait", ["t"]), ("solicit", ["a"])]
     assert said == ["opening 1 ToRs' BGP sessions to their aggs"]
+
+
+def test_shared_sysctls_off_their_defaults_are_noted_and_read_as_one_string(tmp_path):
+    """netdev_max_backlog and the socket buffer caps are the machine's, not a namespace's: a lab cannot set
+    them, so ``up`` says when they are not the kernel's defaults (Mininet raises all three)."""
+    from hpnlab import netdefaults
+
+    assert kernel.assess(spec(), EVERYTHING, "6.18", shared=dict(netdefaults.SHARED_DEFAULTS)).notes == []
+    raised = {**netdefaults.SHARED_DEFAULTS, "net.core.netdev_max_backlog": "5000", "net.core.rmem_max": "16777216",
+              "net.ipv4.tcp_rmem": "10240 87380 16777216"}  # hosts set their own: no note for it
+    notes = kernel.assess(spec(), EVERYTHING, "6.18", shared=raised).notes
+    assert len(notes) == 2 and "netdev_max_backlog is 5000" in notes[0] and "default 1000" in notes[0]
+    assert "rmem_max is 16777216" in notes[1]
+    (tmp_path / "net" / "ipv4").mkdir(parents=True)
+    (tmp_path / "net" / "ipv4" / "tcp_rmem").write_text("4096\t131072\t6291456\n")
+    assert netdefaults.read_shared(["net.ipv4.tcp_rmem", "net.core.rmem_max"], tmp_path) == {
+        "net.ipv4.tcp_rmem": "4096 131072 6291456", "net.core.rmem_max": "unknown"}

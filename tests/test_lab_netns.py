@@ -169,6 +169,27 @@ def test_every_prefix_a_tor_sends_its_agg_keeps(lab):
         assert kept == sent, tor
 
 
+def test_hosts_run_the_kernels_tcp_buffers_not_the_root_namespaces(lab):
+    """A new namespace copies the root's tcp_rmem/tcp_wmem (another tool may have raised them); each host sets
+    the kernel's defaults itself, and verify reads them back: a host changed behind the lab's back is named."""
+    from hpnlab import netdefaults
+
+    for node in ("s0h0", "s1h1"):
+        for key, want in netdefaults.HOST_TCP_BUFFERS.items():
+            have = nsexec(lab, node, "sysctl", "-n", key, check=True).stdout
+            assert netdefaults.normalise(have) == want, (node, key, have)
+    key = "net.ipv4.tcp_wmem"
+    nsexec(lab, "s1h1", "sysctl", "-w", f"{key}=10240 87380 16777216", check=True)
+    try:
+        r = hpnlab("verify", "--json", check=False)
+        bad = {c["name"]: c["detail"] for c in json.loads(r.stdout) if not c["ok"]}
+        assert r.returncode == 1 and list(bad) == ["config s1h1"], bad
+        assert key in bad["config s1h1"] and "10240 87380 16777216" in bad["config s1h1"]
+    finally:
+        nsexec(lab, "s1h1", "sysctl", "-w", f"{key}={netdefaults.HOST_TCP_BUFFERS[key]}", check=True)
+    assert all(c["ok"] for c in json.loads(hpnlab("verify", "--json").stdout))
+
+
 def test_up_refuses_running_lab(lab):
     r = hpnlab("up", check=False)
     assert r.returncode == 1 and "already running" in r.stderr and "Traceback" not in r.stderr

@@ -9,6 +9,7 @@ import platform
 import re
 import subprocess
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -125,7 +126,11 @@ def test_version_frr_cores_kernel_python(monkeypatch, tmp_path):
 def test_collect_has_every_key():
     p = provenance.collect()
     assert set(p) == {"version", "commit", "dirty", "dirty_paths", "python", "kernel", "kernel_tcp_default", "frr",
-                      "cores"}
+                      "cores", "root_sysctls", "host_tcp_buffers"}
+    assert set(p["root_sysctls"]) == {"net.core.netdev_max_backlog", "net.core.rmem_max", "net.core.wmem_max",
+                                      "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"}
+    assert p["root_sysctls"]["net.core.rmem_max"] == Path("/proc/sys/net/core/rmem_max").read_text().strip()
+    assert p["host_tcp_buffers"]["net.ipv4.tcp_rmem"] == "4096 131072 6291456"
     assert p["kernel"] == os.uname().release and p["python"] == platform.python_version()
     json.dumps(p)
 

@@ -31,7 +31,7 @@ OPTIONAL_SYSCTLS = {"net.ipv4.fib_multipath_hash_seed": "hash-seed",   # Linux 6
                     "net.ipv4.fib_multipath_hash_fields": "hash-fields"}  # Linux 5.14
 
 
-def sysctls(cfg: dict, skip: frozenset[str] | set[str] | list[str] = ()) -> dict[str, int]:
+def sysctls(cfg: dict, skip: frozenset[str] | set[str] | list[str] = ()) -> dict[str, int | str]:
     """Every sysctl of the node, less ``skip``: keys this kernel lacks (hpnlab.kernel.assess decides)."""
     out = {k: v for k, v in cfg["sysctls"].items() if k not in skip}
     if cfg["role"] != "host":

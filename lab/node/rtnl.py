@@ -36,7 +36,10 @@ def rtnl_socket(groups: int) -> socket.socket:
     """A raw rtnetlink socket subscribed to ``groups``, read straight from the agent's select loop
     (no reader thread, no library buffering between the kernel's event and the agent)."""
     s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    try:  # forced: the machine's net.core.rmem_max (shared by every namespace) would cap a plain request
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 1 << 20)
+    except PermissionError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     s.bind((0, groups))
     s.setblocking(False)
     return s
