@@ -87,6 +87,11 @@ def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path
             time.sleep(2.0)
             alone = queuerates.rates(c, queuerates.reading(lab, tor, port))
             drops = {k: v["drops"] for k, v in lab.link_stats(tor)[port]["queues"].items()}
+        except hpnlab.RuntimeFailure as e:  # what the port's qdiscs and classifier held, for whoever reads the log
+            seen = [lab.exec(tor, "tc", "-s", "qdisc", "show", "dev", port).stdout,
+                    lab.exec(tor, "nft", "list", "ruleset").stdout,
+                    *[f"{f.name}: {f.read_text()[-600:]}" for f in sorted(tmp_path.glob("*.log"))]]
+            raise AssertionError(f"{e}\n" + "\n".join(seen)) from e
         finally:
             for p in procs:
                 if p.poll() is None:

@@ -34,4 +34,4 @@ def wait_moving(lab, node: str, port: str, queue: int, moving: bool, timeout: fl
             return
         last = now
     raise RuntimeFailure(f"{node}:{port} queue {queue} {'never carried' if moving else 'kept carrying'} bytes "
-                         f"within {timeout:g} s")
+                         f"within {timeout:g} s (bytes sent per queue at the end: {last[1]})")
