@@ -418,7 +418,7 @@ class Lab:
         """Several training jobs at once, scheduled by ``policy`` (fifo, crux, crux-priority-only,
         crux-paths-only, reversed): each job a dict (or ``hpnlab.traffic.workloads.jobs.Job``) with the
         experiment file's job keys (name, hosts, collective, size_kb, compute_ms, iterations, connections, k,
-        rail). Probes the jobs' path map, assigns classes and paths, runs every rank until each job has done
+        rail or rails). Probes the jobs' path map, assigns classes and paths, runs every rank until each job has done
         its ``iterations`` (else for ``duration_s``) and returns a ``hpnlab.traffic.runjobs.JobsResult``:
         per job (``.jobs[name]``) iterations, iteration and exposed-communication times, GPU utilisation,
         intensity, level, DSCP, ports and paths; ``cluster_gpu_util`` weighted by ranks. Bad input: the

@@ -49,6 +49,7 @@ class JobFigures:
     sports: list[int] = field(default_factory=list)  # one source port per connection, rank by rank
     paths: list[str] = field(default_factory=list)  # each connection's probed path, host>tor>agg>tor>host
     ends_s: list[float] = field(default_factory=list)  # its iterations' ends, s since the first job began
+    rails: dict[str, int] = field(default_factory=dict)  # a job on several rails: iterations per rail ({} on one)
 
 
 @dataclass
@@ -107,7 +108,8 @@ def figures(res: dict, run_dir: Path) -> JobsResult:
                                exposed_ms=dict(f.get("exposed_ms") or {}),
                                intensity=f.get("intensity"), priority=f.get("priority"), level=f.get("level"),
                                queue=f.get("queue"), dscp=f.get("dscp"), sports=list(a.get("sports", [])),
-                               paths=list(a.get("paths", [])), ends_s=list(f.get("ends_s") or []))
+                               paths=list(a.get("paths", [])), ends_s=list(f.get("ends_s") or []),
+                               rails=dict(f.get("rails") or {}))
     return JobsResult(policy=res["policy"], jobs=per, cluster_gpu_util=res["cluster_gpu_util"],
                       assignment=res["assignment"], congestion=res.get("congestion"), report_dir=run_dir)
 

@@ -10,6 +10,22 @@ time, iterations completed); for the cluster, the jobs' utilisations weighted by
 The policy (hpnlab.traffic.policies) decides each job's class (DSCP, queue) and each connection's source
 port, so its path; the assignment is in every repetition's results. Policies that set classes need the
 spec's switch QoS; ``fifo`` and ``crux-paths-only`` do not.
+
+A job with ``rails`` runs as a rail-optimised host runs it: its collective on every listed rail at once,
+each rail carrying size_kb / len(rails) over that rail's NICs, ports and source ports (the path map is
+probed per rail, and the policy places each rail's connections on that rail's paths); its iteration k ends
+when every rail's part of iteration k has ended. Each rail's part is its own rank process per host (the
+node programs unchanged, one ring or all-to-all per rail, as the ``allreduce`` workload's Multi-AllReduce
+runs its rings), started at the common start and each waiting out the job's compute before its part.
+Why per-rail processes rather than one process per rank driving all its rails: the node programs stay the
+ones every single-rail job runs, so a job without ``rails`` runs exactly as before. The cost: the rails'
+processes of a host do not wait for each other between iterations, so a rail whose part ended first starts
+its next compute early. The job's figures are taken over the rails as a host's iteration is: iteration k's
+end is the latest rail's end, its compute end the latest rail's compute end; its GPU utilisation is
+iterations x compute over the wall time from the first iteration's start to the latest rail's end of the
+last. That is compute over the wall time of the host's iterations, but where the rails' parts differ in
+length from iteration to iteration it can exceed what a host whose rails share one compute phase gets (its
+iteration would be compute plus the slowest rail's part, every time).
 """
 
 from __future__ import annotations
@@ -20,7 +36,7 @@ import statistics
 import sys
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from hpnlab.errors import SpecError
 from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, check_hosts, congestion_of, register
@@ -36,6 +52,9 @@ class Job(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,24}$", description="the job's name in results.json")
     hosts: list[str] = Field(min_length=2, max_length=64, description="its ranks, one per host, in rank (ring) order")
     rail: int | None = Field(None, ge=0, description="the rail it uses (default: the workload's rail)")
+    rails: list[int] | None = Field(None, min_length=1, max_length=8, description=(
+        "several rails at once, instead of rail: its collective runs on every listed rail, each carrying "
+        "size_kb / len(rails); an iteration ends when every rail's part of it has ended"))
     collective: Literal["allreduce", "alltoall"] = Field("allreduce", description=(
         "its collective: allreduce (a ring) or alltoall (every rank to every other, as a mixture-of-experts "
         "layer)"))
@@ -49,6 +68,19 @@ class Job(BaseModel):
     connections: int = Field(2, ge=1, le=16, description=(
         "connections from each rank to the next (allreduce) or to every other rank (alltoall)"))
     k: float = Field(1.0, gt=0, le=1e6, description="Crux's correction factor: priority = k x intensity")
+
+    @field_validator("rails")
+    @classmethod
+    def _rails(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if v is None:
+            return v
+        if info.data.get("rail") is not None:
+            raise ValueError("give rail or rails, not both")
+        if any(r < 0 for r in v):
+            raise ValueError(f"a rail is a number from 0 (got {v})")
+        if len(set(v)) != len(v):
+            raise ValueError(f"a rail is listed twice ({v})")
+        return v
 
 
 class JobsParams(WorkloadParams):
@@ -72,6 +104,16 @@ def rail_of(w, job: Job) -> int:
     return w.rail if job.rail is None else job.rail
 
 
+def rails_of(w, job: Job) -> list[int]:
+    """The rails the job runs on: its ``rails``, else its one rail."""
+    return list(job.rails) if job.rails is not None else [rail_of(w, job)]
+
+
+def row_rail(w, job: Job, row: dict) -> int:
+    """A path-map row's rail (rows of a single-rail job carry none: the job's rail)."""
+    return row.get("rail", rail_of(w, job))
+
+
 def pairs_of(job: Job) -> list[tuple[str, str]]:
     """The connections' ends, rank by rank: a ring's (rank, next rank); an all-to-all's (rank, every other
     rank in rank order), the order its node program takes --sports in."""
@@ -80,14 +122,19 @@ def pairs_of(job: Job) -> list[tuple[str, str]]:
     return [(h, job.hosts[(i + 1) % len(job.hosts)]) for i, h in enumerate(job.hosts)]
 
 
+def size_per_rail(job: Job) -> int:
+    """Each rank's buffer on one of its rails: size_kb / len(rails) (the whole buffer on one rail)."""
+    return job.size_kb * 1024 // len(job.rails or [0])
+
+
 def bytes_per_conn(job: Job) -> float:
     """What one connection carries per iteration: a ring rank's 2(n-1)/n of the buffer, or an all-to-all's
-    1/n of it to one peer, split evenly over the connections."""
+    1/n of it to one peer, split evenly over the connections (the buffer: its rail's share of it)."""
     from hpnlab.traffic import crux
 
     if job.collective == "alltoall":
-        return crux.alltoall_bytes_per_peer(job.size_kb * 1024, len(job.hosts)) / job.connections
-    return crux.ring_bytes_per_rank(job.size_kb * 1024, len(job.hosts)) / job.connections
+        return crux.alltoall_bytes_per_peer(size_per_rail(job), len(job.hosts)) / job.connections
+    return crux.ring_bytes_per_rank(size_per_rail(job), len(job.hosts)) / job.connections
 
 
 def local_rows(w, cfgs: dict, rows: list[dict]) -> list[dict]:
@@ -95,12 +142,13 @@ def local_rows(w, cfgs: dict, rows: list[dict]) -> list[dict]:
     segment, or such a ring): the first-hop ToR delivers to the other host's port itself, so the TTL 2 and 3
     probes reach the host, and no agg answers them. The ToR the probe's port led to is the path (agg None,
     the far ToR that ToR)."""
-    rail = {j.name: rail_of(w, j) for j in w.jobs}
+    job = {j.name: j for j in w.jobs}
     out = []
     for r in rows:
-        if r["agg"] != "?" or r["tor"] == "?" or not r["port"] or r["job"] not in rail:
+        if r["agg"] != "?" or r["tor"] == "?" or not r["port"] or r["job"] not in job:
             continue
-        s, d = cfgs[r["src"]].nic(rail[r["job"]]), cfgs[r["dst"]].nic(rail[r["job"]])
+        rail = row_rail(w, job[r["job"]], r)
+        s, d = cfgs[r["src"]].nic(rail), cfgs[r["dst"]].nic(rail)
         if s and d and set(s.tors) == set(d.tors):
             out.append({**r, "agg": None, "dst_tor": r["tor"]})
     return out
@@ -108,27 +156,33 @@ def local_rows(w, cfgs: dict, rows: list[dict]) -> list[dict]:
 
 def inputs(w, cfgs: dict, rows: list[dict], seed: int, spec=None):
     """A policy's inputs from the probed path map: candidates per connection, and the hash's pick (seeded,
-    so every policy of a repetition meets the same hash placement)."""
+    so every policy of a repetition meets the same hash placement). A job on several rails has its
+    connections rail by rail (each rail's candidates that rail's probed rows), each carrying its rail's
+    share, and the capacities are every used rail's: its t_j is over its most loaded link on any rail."""
     from hpnlab.traffic import balance, crux
     from hpnlab.traffic.policies.base import Inputs, dscp_for_queue
 
     rng = random.Random(seed)
+    job = {j.name: j for j in w.jobs}
     by = {}
     for r in balance.complete(rows) + local_rows(w, cfgs, rows):
-        by.setdefault((r["job"], r["src"], r["dst"]), []).append(r)
+        if r["job"] in job:
+            by.setdefault((r["job"], row_rail(w, job[r["job"]], r), r["src"], r["dst"]), []).append(r)
     cap: dict = {}
-    for rail in sorted({rail_of(w, j) for j in w.jobs}):
+    for rail in sorted({r for j in w.jobs for r in rails_of(w, j)}):
         cap.update(crux.capacities(cfgs, rail))
     cands, hashed, demands, bpc = {}, {}, [], {}
     for j in w.jobs:
         cands[j.name], hashed[j.name] = [], []
-        for src, dst in pairs_of(j):
-            c = sorted(by.get((j.name, src, dst), []), key=lambda r: r["sport"])
-            if len(c) < j.connections:
-                raise SpecError(f"job {j.name}: the path map has {len(c)} answered source ports from {src} to "
-                                f"{dst}; need {j.connections}: probe a larger pool")
-            cands[j.name] += [c] * j.connections
-            hashed[j.name] += rng.sample(c, j.connections)
+        for rail in rails_of(w, j):
+            on = f" on rail {rail}" if j.rails is not None else ""
+            for src, dst in pairs_of(j):
+                c = sorted(by.get((j.name, rail, src, dst), []), key=lambda r: r["sport"])
+                if len(c) < j.connections:
+                    raise SpecError(f"job {j.name}: the path map has {len(c)} answered source ports from {src} to "
+                                    f"{dst}{on}; need {j.connections}: probe a larger pool")
+                cands[j.name] += [c] * j.connections
+                hashed[j.name] += rng.sample(c, j.connections)
         demands.append(crux.Demand(j.name, j.compute_ms / 1000 * len(j.hosts), {}, j.k))
         bpc[j.name] = bytes_per_conn(j)
     qos = getattr(spec, "qos", None) if spec is not None else None
@@ -164,6 +218,20 @@ def job_figures(reps: list[dict], compute_s: float) -> dict:
             "begin": begins[0], "ends": ends[:n]}
 
 
+def _rank0(reps: list[dict]) -> dict:
+    return min(reps, key=lambda r: r["rank"])
+
+
+def across_rails(by_rail: dict[int, list[dict]]) -> dict:
+    """A job on several rails as one rank-0 report, as its host sees it: iteration k ends when the last
+    rail's part of it ends, and its compute ended when the last rail's ended; only iterations every rail
+    completed count (a rail that reported nothing: none)."""
+    r0s = [_rank0(v) if v else {"ranks": 0, "iterations": [], "computed": []} for v in by_rail.values()]
+    ends = [max(ts) for ts in zip(*(r["iterations"] for r in r0s))]
+    computed = [max(ts) for ts in zip(*(r.get("computed", []) for r in r0s))]
+    return {"rank": 0, "ranks": max(r["ranks"] for r in r0s), "iterations": ends, "computed": computed}
+
+
 def cluster_util(jobs: dict) -> float | None:
     """The jobs' GPU utilisations weighted by their ranks."""
     ranks = sum(j["ranks"] for j in jobs.values())
@@ -187,8 +255,14 @@ class Jobs(WorkloadKind):
         names = [j.name for j in w.jobs]
         if len(set(names)) != len(names):
             raise SpecError(f"{where} workload.jobs: job names must be unique (got {', '.join(names)})")
+        lab_rails = sorted({c.rail for c in cfgs.values() if c.role == "tor"})
         for i, j in enumerate(w.jobs):
-            check_hosts(f"{where} workload.jobs.{i}.hosts", list(j.hosts), cfgs, rail_of(w, j))
+            for r in j.rails or []:
+                if r not in lab_rails:
+                    raise SpecError(f"{where} workload.jobs.{i}.rails: rail {r} is not a rail of this lab "
+                                    f"(rails {', '.join(map(str, lab_rails))})")
+            for r in rails_of(w, j):  # every rank needs a NIC on every rail the job runs on
+                check_hosts(f"{where} workload.jobs.{i}.hosts", list(j.hosts), cfgs, r)
             if len(set(j.hosts)) != len(j.hosts):
                 raise SpecError(f"{where} workload.jobs.{i}.hosts: a host appears twice; one rank per host")
             if w.pool < j.connections:
@@ -222,9 +296,11 @@ class Jobs(WorkloadKind):
             dsts: dict[str, list[str]] = {}
             for src, dst in pairs_of(j):
                 dsts.setdefault(src, []).append(dst)
-            for src, ds in dsts.items():  # one probing run per source host (an all-to-all rank has n-1 peers)
-                for r in path_map(lab.runtime, lab.cfgs, src, ds, rail_of(w, j), sports, PORT_BASE + i, "tcp"):
-                    rows.append({**r, "job": j.name})
+            for rail in rails_of(w, j):  # a job on several rails: each rail's paths, probed on it
+                tag = {"rail": rail} if j.rails is not None else {}
+                for src, ds in dsts.items():  # one probing run per source host (an all-to-all rank has n-1 peers)
+                    for r in path_map(lab.runtime, lab.cfgs, src, ds, rail, sports, PORT_BASE + i, "tcp"):
+                        rows.append({**r, "job": j.name, **tag})
         raw.mkdir(parents=True, exist_ok=True)
         (raw / "pathmap.json").write_text(json.dumps(rows))
         answered = len(balance.complete(rows)) + len(local_rows(w, lab.cfgs, rows))
@@ -238,6 +314,10 @@ class Jobs(WorkloadKind):
         rows = json.loads((raw / "pathmap.json").read_text())
         w = plan.workload
         plan.assignment = policies.get(w.policy).assign(inputs(w, plan.cfgs, rows, 1000 + k, plan.spec))
+        for j in w.jobs:
+            if j.rails is not None and j.name in plan.assignment["jobs"]:
+                # its sports and paths are rail by rail, in this order (then rank by rank within a rail)
+                plan.assignment["jobs"][j.name]["rails"] = list(j.rails)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "assignment.json").write_text(json.dumps(plan.assignment))
 
@@ -247,22 +327,27 @@ class Jobs(WorkloadKind):
         procs = []
         for i, j in enumerate(w.jobs):
             a = asg[j.name]
-            addrs = ",".join(plan.host_ip(h, rail_of(w, j)) for h in j.hosts)
             per_rank = j.connections * (len(j.hosts) - 1 if j.collective == "alltoall" else 1)
-            for rank, h in enumerate(j.hosts):
-                sports = a["sports"][rank * per_rank:(rank + 1) * per_rank]
-                out = str(run_dir / f"job-{j.name}-{rank}.json")
-                how = (["hpnlab.node.alltoall"] if j.collective == "alltoall" else
-                       ["hpnlab.node.allreduce", "--select", "least-loaded" if j.connections > 1 else "one"])
-                procs.append({"role": "job", "node": h, "out": out,
-                              "argv": [sys.executable, "-m", how[0], "--rank", str(rank),
-                                       "--addrs", addrs, "--port", str(PORT_BASE + i),
-                                       "--size", str(j.size_kb * 1024), "--conns", str(j.connections), *how[1:],
-                                       "--compute-ms", f"{j.compute_ms:g}", "--sports", ",".join(map(str, sports)),
-                                       "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
-                                       "--congestion", w.congestion, "--out", out]
-                              + (["--dscp", str(a["dscp"])] if a["dscp"] is not None else [])
-                              + (["--iterations", str(j.iterations)] if j.iterations else [])})
+            # several rails: each rail's part its own rank process per host, on that rail's addresses (so the
+            # job's one port serves every rail), its own slice of the sports and its own report file
+            for ri, rail in enumerate(rails_of(w, j)):
+                addrs = ",".join(plan.host_ip(h, rail) for h in j.hosts)
+                for rank, h in enumerate(j.hosts):
+                    first = (ri * len(j.hosts) + rank) * per_rank
+                    sports = a["sports"][first:first + per_rank]
+                    out = str(run_dir / (f"job-{j.name}-r{rail}-{rank}.json" if j.rails is not None
+                                         else f"job-{j.name}-{rank}.json"))
+                    how = (["hpnlab.node.alltoall"] if j.collective == "alltoall" else
+                           ["hpnlab.node.allreduce", "--select", "least-loaded" if j.connections > 1 else "one"])
+                    procs.append({"role": "job", "node": h, "out": out,
+                                  "argv": [sys.executable, "-m", how[0], "--rank", str(rank),
+                                           "--addrs", addrs, "--port", str(PORT_BASE + i),
+                                           "--size", str(size_per_rail(j)), "--conns", str(j.connections), *how[1:],
+                                           "--compute-ms", f"{j.compute_ms:g}", "--sports", ",".join(map(str, sports)),
+                                           "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
+                                           "--congestion", w.congestion, "--out", out]
+                                  + (["--dscp", str(a["dscp"])] if a["dscp"] is not None else [])
+                                  + (["--iterations", str(j.iterations)] if j.iterations else [])})
         return procs
 
     def done(self, procs):
@@ -275,6 +360,17 @@ class Jobs(WorkloadKind):
         per = {}
         reports = []
         for j in w.jobs:
+            if j.rails is not None:
+                by_rail = {r: [json.loads(p.read_text()) for p in sorted(run_dir.glob(f"job-{j.name}-r{r}-*.json"))]
+                           for r in j.rails}
+                reps = [x for v in by_rail.values() for x in v]
+                if not reps:
+                    continue
+                reports += reps
+                per[j.name] = {"collective": j.collective,
+                               **job_figures([across_rails(by_rail)], j.compute_ms / 1000),
+                               "rails": {str(r): len(_rank0(v)["iterations"]) if v else 0 for r, v in by_rail.items()}}
+                continue
             reps = [json.loads(p.read_text()) for p in sorted(run_dir.glob(f"job-{j.name}-*.json"))]
             if not reps:
                 continue
