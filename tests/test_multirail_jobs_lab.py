@@ -2,7 +2,7 @@
 tests/test_jobs_lab.py with two rails (one 10 Mbit/s uplink per ToR, two switch queues), scheduled by crux.
 Both jobs complete their iterations; the two-rail job's bytes cross the agg tier on both rails' ToRs (the
 uplinks' counters, read before and after); the results name both rails (its assignment, its per-rail
-iteration counts, its ranks' reports one set per rail)."""
+iteration counts, its ranks' reports one set per rail); a rank's two rails keep one compute phase."""
 
 from __future__ import annotations
 
@@ -77,6 +77,14 @@ def test_a_two_rail_job_beside_a_one_rail_job_runs_on_both_rails():
             rep = reports[f"job-wide-r{r}-{k}"]
             assert rep["addr"] == lab.cfgs[["s0h0", "s1h0"][k]].nic(r).ip and len(rep["iterations"]) == ITERATIONS
             assert rep["bytes_per_iteration"] == 2 * (SIZE_KB * 1024 // 2 // 2)  # ring of 2: 2 steps of size/2
+    # one compute phase per rank: neither rail's next compute ends before 100 ms after both rails ended the
+    # iteration (the rank's rail processes join between iterations)
+    for k in (0, 1):
+        ends = [reports[f"job-wide-r{r}-{k}"]["iterations"] for r in (0, 1)]
+        for r in (0, 1):
+            computed = reports[f"job-wide-r{r}-{k}"]["computed"]
+            for i in range(ITERATIONS - 1):
+                assert computed[i + 1] >= max(ends[0][i], ends[1][i]) + 0.095, (k, r, i, computed, ends)
     # wide's paths: two connections a rank on each rail, on that rail's ToRs
     tors = {r: {t for h in ("s0h0", "s1h0") for t in lab.cfgs[h].nic(r).tors} for r in (0, 1)}
     assert len(asg["wide"]["paths"]) == 8

@@ -3,8 +3,11 @@ field, exit 2), Crux's intensity of a job whose buffer is split over two rails a
 one, the policy's placement rail by rail, the ranks' command lines per rail and the job's figures taken
 over its rails as its host sees an iteration."""
 
+import json
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,7 +120,7 @@ def test_the_assignment_names_the_rails_and_every_rail_gets_its_ranks_slice_and_
                  "{name: narrow, hosts: [s0h1, s1h1], compute_ms: 20, size_kb: 512, rail: 1}")
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "pathmap.json").write_text(__import__("json").dumps(_rows(plan)))
+    (raw / "pathmap.json").write_text(json.dumps(_rows(plan)))
     jobsmod.Jobs().prepare_repetition(plan, raw, tmp_path / "run", 0)
     asg = plan.assignment["jobs"]
     assert asg["wide"]["rails"] == [1, 0] and "rails" not in asg["narrow"]  # a single-rail job as before
@@ -152,3 +155,54 @@ def test_a_multi_rail_jobs_iteration_ends_when_its_last_rail_ends(tmp_path):
     # begins at the later compute end minus the compute (0.05); 2 x 1 s of compute over 2.25 s of wall time
     assert f["iterations"] == 2 and f["gpu_util"] == pytest.approx(2 / 2.25, abs=1e-4)
     assert jobsmod.job_figures([jobsmod.across_rails({0: by_rail[0], 1: []})], 1.0)["iterations"] == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("program", ["allreduce", "alltoall"])
+def test_a_ranks_rails_share_one_compute_phase(tmp_path, program):
+    """Two "rails" on loopback, each a job of two ranks, the second carrying 4000 times the bytes: rank r's
+    two rail processes join (--join) after every iteration, so neither rail's next compute begins before
+    both have ended the iteration (100 ms of compute after the later end), as on a host whose GPU computes
+    once and then sends on every rail."""
+    start = time.time() + 1.0
+    rails = {0: (["127.0.0.1", "127.0.0.2"], 4096), 1: (["127.0.0.3", "127.0.0.4"], 16 << 20)}
+    procs = []
+    for part, (addrs, size) in rails.items():
+        port = _free_port()
+        for rank in (0, 1):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", f"hpnlab.node.{program}", "--rank", str(rank), "--addrs", ",".join(addrs),
+                 "--port", str(port), "--size", str(size), "--conns", "1", "--compute-ms", "100",
+                 "--iterations", "5", "--duration", "30", "--start-at", f"{start:.3f}",
+                 "--join", str(tmp_path / f"join-{rank}"), "--join-part", str(part), "--join-parts", "2",
+                 "--out", str(tmp_path / f"r{part}-{rank}.json")]))
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    rep = {(part, rank): json.loads((tmp_path / f"r{part}-{rank}.json").read_text()) for part in (0, 1) for rank in (0, 1)}
+    for rank in (0, 1):
+        ends = [rep[(part, rank)]["iterations"] for part in (0, 1)]
+        assert [len(e) for e in ends] == [5, 5], ends
+        for part in (0, 1):
+            computed = rep[(part, rank)]["computed"]
+            for k in range(4):  # iteration k+1's compute ended 100 ms (less timer slack) after both rails ended k
+                assert computed[k + 1] >= max(ends[0][k], ends[1][k]) + 0.095, (rank, part, k, computed, ends)
+    assert jobsmod.job_figures([jobsmod.across_rails({p: [rep[(p, 0)], rep[(p, 1)]] for p in (0, 1)})],
+                               0.1)["iterations"] == 5
+
+
+def test_join_reads_every_parts_count(tmp_path):
+    from hpnlab.node.jobrun import Join
+
+    a, b = Join(str(tmp_path / "j"), 0, 2), Join(str(tmp_path / "j"), 1, 2)
+    assert a.ready(0) and not a.ready(1)
+    a.arrive(1)
+    assert not a.ready(1) and not b.ready(1)
+    b.arrive(1)
+    assert a.ready(1) and b.ready(1) and not a.ready(2)
+    with pytest.raises(SystemExit):
+        Join(str(tmp_path / "j"), 2, 2)

@@ -19,7 +19,8 @@ With ``--compute-ms`` every iteration begins with that much GPU work, emulated b
 reading its sockets meanwhile, as a GPU's NIC keeps receiving); its report's ``computed`` says when each
 iteration's compute ended, so what is left of the iteration is its exposed communication. ``--sports``
 binds the outgoing connections to those source ports (the path map's placement); ``--iterations`` stops
-the rank after that many.
+the rank after that many. With ``--join`` the rank is one rail's part of a rank on several rails: its next
+iteration begins only when every rail's part has ended this one (hpnlab.node.jobrun.Join).
 
 Every connection runs ``--congestion`` (default cubic; hpnlab.node.tcpcc: set per socket, a refusal exits 1)
 and the report says which algorithm they ran (``congestion``). With ``--dscp`` every connection is marked
@@ -124,9 +125,10 @@ class Ring:
     def __init__(self, rank: int, addrs: list[str], port: int, size: int, conns: int, select: str,
                  segment: int = 65536, stall: float = 0.15, congestion: str = tcpcc.DEFAULT,
                  timeout: float | None = None, dscp: int | None = None, compute: float = 0.0,
-                 sports: list[int] | None = None, iterations: int | None = None):
+                 sports: list[int] | None = None, iterations: int | None = None, join: jobrun.Join | None = None):
         self.rank, self.addrs, self.port = rank, addrs, port
         self.compute = compute  # seconds of emulated GPU work at the start of every iteration
+        self.join = join  # the rank's other rails (None: one rail): each iteration begins when all have ended
         self.sports = sports or []  # outgoing connection i binds sports[i] (0: the kernel's choice)
         self.max_iterations = iterations
         self.dscp = dscp  # every connection's DSCP, both ends (None: unmarked)
@@ -266,11 +268,14 @@ class Ring:
         aborted = None
         step = self.step = 0
         self.watchdog.begin(time.monotonic())
-        # An iteration's first step waits for its compute: held until hold_until (monotonic).
+        # An iteration's first step waits for its compute: held until hold_until (monotonic). On several rails
+        # the compute begins when every rail's part has ended the iteration before (hold_until None till then).
         held: int | None = step
-        hold_until = time.monotonic() + self.compute
+        hold_until: float | None = time.monotonic() + self.compute
         while time.monotonic() < end and not stop_flag():
-            if held is not None and time.monotonic() >= hold_until:
+            if held is not None and hold_until is None and self.join.ready(len(iterations)):
+                hold_until = time.monotonic() + self.compute
+            if held is not None and hold_until is not None and time.monotonic() >= hold_until:
                 computed.append(time.time())
                 self.send_step(held)
                 held = None
@@ -283,7 +288,7 @@ class Ring:
             want_write = any(c.pending for c in self.out)
             wait = 0.001 if want_write else 0.01
             if held is not None:
-                wait = max(0.0, min(wait, hold_until - time.monotonic()))
+                wait = max(0.0, min(wait, hold_until - time.monotonic() if hold_until is not None else 0.002))
             for key, _ev in sel.select(timeout=wait):
                 if not self.on_readable(key.data):
                     sel.unregister(key.fileobj)
@@ -297,6 +302,10 @@ class Ring:
                     iterations.append(time.time())
                     self.watchdog.begin(now)
                     if self.max_iterations is not None and len(iterations) >= self.max_iterations:
+                        break
+                    if self.join is not None:
+                        self.join.arrive(len(iterations))
+                        held, hold_until = step, None  # until every rail has ended it, then the compute
                         break
                     if self.compute > 0:
                         held, hold_until = step, now + self.compute
@@ -347,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     return jobrun.run_job(a, lambda: Ring(a.rank, a.addrs.split(","), a.port, a.size, a.conns, a.select,
                                           congestion=a.congestion, timeout=a.timeout, dscp=a.dscp,
                                           compute=a.compute_ms / 1000, sports=jobrun.sports_of(a),
-                                          iterations=a.iterations))
+                                          iterations=a.iterations, join=jobrun.join_of(a)))
 
 if __name__ == "__main__":
     sys.exit(main())

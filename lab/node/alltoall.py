@@ -13,7 +13,9 @@ As the ring all-reduce (hpnlab.node.allreduce) has them: ``--compute-ms`` of GPU
 begins every iteration (the report's ``computed`` says when each one's compute ended); ``--sports`` binds the
 outgoing connections, peer by peer in rank order and ``--conns`` per peer, to those source ports (the path
 map's placement); ``--iterations`` stops the rank after that many; ``--dscp`` marks every connection at both
-ends; ``--congestion`` sets every connection's TCP congestion control.
+ends; ``--congestion`` sets every connection's TCP congestion control; with ``--join`` the rank is one rail's
+part of a rank on several rails: its next iteration begins only when every rail's part has ended this one
+(hpnlab.node.jobrun.Join).
 """
 
 from __future__ import annotations
@@ -58,8 +60,9 @@ class In:
 class AllToAll:
     def __init__(self, rank: int, addrs: list[str], port: int, size: int, conns: int,
                  congestion: str = tcpcc.DEFAULT, dscp_: int | None = None, compute: float = 0.0,
-                 sports: list[int] | None = None, iterations: int | None = None):
+                 sports: list[int] | None = None, iterations: int | None = None, join: jobrun.Join | None = None):
         self.rank, self.addrs, self.port = rank, addrs, port
+        self.join = join  # the rank's other rails (None: one rail): each iteration begins when all have ended
         self.n = len(addrs)
         self.conns = conns
         self.per_peer = size // self.n  # the part of this rank's buffer each other rank gets
@@ -167,10 +170,12 @@ class AllToAll:
         computed: list[float] = []
         k = 0  # the iteration in progress
         held = True  # its compute is not done yet
-        hold_until = time.monotonic() + self.compute
+        hold_until: float | None = time.monotonic() + self.compute  # None: waiting for the other rails (Join)
         while time.monotonic() < end and not stop_flag():
             now = time.monotonic()
-            if held and now >= hold_until:
+            if held and hold_until is None and self.join.ready(k):
+                hold_until = now + self.compute
+            if held and hold_until is not None and now >= hold_until:
                 computed.append(time.time())
                 for o in self.out:
                     o.owed += self.shares[o.idx]
@@ -178,7 +183,7 @@ class AllToAll:
             self.flush()
             wait = 0.001 if any(o.owed and not o.dead for o in self.out) else 0.01
             if held:
-                wait = max(0.0, min(wait, hold_until - time.monotonic()))
+                wait = max(0.0, min(wait, hold_until - time.monotonic() if hold_until is not None else 0.002))
             for key, _ev in sel.select(timeout=wait):
                 self.read(key.data)
                 if key.data.eof:
@@ -188,7 +193,9 @@ class AllToAll:
                 k += 1
                 if self.max_iterations is not None and k >= self.max_iterations:
                     break
-                held, hold_until = True, time.monotonic() + self.compute
+                if self.join is not None:
+                    self.join.arrive(k)
+                held, hold_until = True, (time.monotonic() + self.compute if self.join is None else None)
             if self.inc and all(i.eof for i in self.inc) and not self.arrived(k):
                 break  # every peer has gone: nothing more will arrive
         if self.max_iterations is not None and k >= self.max_iterations:
@@ -226,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rank must index --addrs, which needs at least two addresses")
     return jobrun.run_job(a, lambda: AllToAll(a.rank, addrs, a.port, a.size, a.conns, congestion=a.congestion,
                                               dscp_=a.dscp, compute=a.compute_ms / 1000,
-                                              sports=jobrun.sports_of(a), iterations=a.iterations))
+                                              sports=jobrun.sports_of(a), iterations=a.iterations,
+                                              join=jobrun.join_of(a)))
 
 if __name__ == "__main__":
     sys.exit(main())

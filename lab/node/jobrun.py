@@ -9,8 +9,10 @@ how a run starts, stops or reports.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import time
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from hpnlab.node import dscp, tcpcc
@@ -42,6 +44,51 @@ def add_job_args(p: argparse.ArgumentParser, sports_help: str) -> None:
                    help="GPU work at the start of every iteration, emulated by waiting (ms)")
     p.add_argument("--sports", default="", help=sports_help)
     p.add_argument("--iterations", type=int, default=None, help="stop after this many iterations")
+    p.add_argument("--join", default=None, metavar="DIR",
+                   help="this process is one rail's part of a rank on several rails: its next iteration (compute, "
+                        "then traffic) begins only when every part's iteration has ended (Join; files in DIR)")
+    p.add_argument("--join-part", type=int, default=0, help="which part this process is (0 .. --join-parts - 1)")
+    p.add_argument("--join-parts", type=int, default=1, help="how many parts (rails) the rank has")
+
+
+class Join:
+    """The rails of one rank of a job on several rails, each rail's part its own process: the rank's next
+    iteration begins (its compute, then every rail's traffic) only when every part has ended the iteration
+    before, as on a host whose GPU computes once per iteration and then sends on all its rails. Each part
+    writes how many iterations it has ended to DIR/PART (replaced whole, so a reader never sees half a
+    number); a part waits by reading the others' files (the processes share the host's file system, and a
+    few ms of polling is small beside an iteration)."""
+
+    def __init__(self, where: str, part: int, parts: int):
+        if not 0 <= part < parts:
+            raise SystemExit(f"--join-part {part}: give 0 .. {parts - 1} (--join-parts {parts})")
+        self.dir, self.part, self.parts = Path(where), part, parts
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.seen = [0] * parts  # the iterations each part has ended, as last read
+
+    def arrive(self, ended: int) -> None:
+        """This part has ended ``ended`` iterations."""
+        tmp = self.dir / f".{self.part}.tmp"
+        tmp.write_text(str(ended))
+        os.replace(tmp, self.dir / str(self.part))
+        self.seen[self.part] = ended
+
+    def ready(self, ended: int) -> bool:
+        """Every part has ended ``ended`` iterations."""
+        for q in range(self.parts):
+            if self.seen[q] < ended:
+                try:
+                    self.seen[q] = int((self.dir / str(q)).read_text() or 0)
+                except (OSError, ValueError):
+                    return False
+                if self.seen[q] < ended:
+                    return False
+        return True
+
+
+def join_of(a: argparse.Namespace) -> Join | None:
+    """The Join --join asks for (None: a rank on one rail)."""
+    return Join(a.join, a.join_part, a.join_parts) if a.join else None
 
 
 def sports_of(a: argparse.Namespace) -> list[int]:

@@ -14,18 +14,21 @@ spec's switch QoS; ``fifo`` and ``crux-paths-only`` do not.
 A job with ``rails`` runs as a rail-optimised host runs it: its collective on every listed rail at once,
 each rail carrying size_kb / len(rails) over that rail's NICs, ports and source ports (the path map is
 probed per rail, and the policy places each rail's connections on that rail's paths); its iteration k ends
-when every rail's part of iteration k has ended. Each rail's part is its own rank process per host (the
-node programs unchanged, one ring or all-to-all per rail, as the ``allreduce`` workload's Multi-AllReduce
-runs its rings), started at the common start and each waiting out the job's compute before its part.
-Why per-rail processes rather than one process per rank driving all its rails: the node programs stay the
-ones every single-rail job runs, so a job without ``rails`` runs exactly as before. The cost: the rails'
-processes of a host do not wait for each other between iterations, so a rail whose part ended first starts
-its next compute early. The job's figures are taken over the rails as a host's iteration is: iteration k's
-end is the latest rail's end, its compute end the latest rail's compute end; its GPU utilisation is
-iterations x compute over the wall time from the first iteration's start to the latest rail's end of the
-last. That is compute over the wall time of the host's iterations, but where the rails' parts differ in
-length from iteration to iteration it can exceed what a host whose rails share one compute phase gets (its
-iteration would be compute plus the slowest rail's part, every time).
+when every rail's part of iteration k has ended, and iteration k+1 (its compute, then every rail's part)
+begins only then. Each rail's part is its own rank process per host (the node programs of a single-rail
+job, one ring or all-to-all per rail, as the ``allreduce`` workload's Multi-AllReduce runs its rings); a
+rank's rail processes keep one compute phase by joining after every iteration (hpnlab.node.jobrun.Join: each
+writes how many iterations it has ended, and none begins the next compute until all have ended this one).
+Why joined per-rail processes rather than one process per rank driving all its rails: the node programs
+stay the ones every single-rail job runs (a job without ``rails`` runs exactly as before), and the join
+keeps what one process would: a host computes once per iteration, then sends on all its rails, so its
+iteration is the compute plus the slowest rail's part. Why not independent per-rail rings with the
+figures taken as the max over rails (the ``allreduce`` workload's way, which has no compute to share): a
+rail whose part ended first would start its next compute early, and the job's GPU utilisation would count
+compute the host never did. The job's figures: iteration k's end is the last rail's end, its compute end
+the last rail's compute end (the rails' compute ends differ by the join's polling, a few ms), its GPU
+utilisation iterations x compute over the wall time from its first iteration's start to its last's end:
+compute over the wall time of the host's iterations.
 """
 
 from __future__ import annotations
@@ -224,8 +227,9 @@ def _rank0(reps: list[dict]) -> dict:
 
 def across_rails(by_rail: dict[int, list[dict]]) -> dict:
     """A job on several rails as one rank-0 report, as its host sees it: iteration k ends when the last
-    rail's part of it ends, and its compute ended when the last rail's ended; only iterations every rail
-    completed count (a rail that reported nothing: none)."""
+    rail's part of it ends, and its compute ended when the last rail's ended (the rails' processes join
+    between iterations, so these differ by the join's polling); only iterations every rail completed count
+    (a rail that reported nothing: none)."""
     r0s = [_rank0(v) if v else {"ranks": 0, "iterations": [], "computed": []} for v in by_rail.values()]
     ends = [max(ts) for ts in zip(*(r["iterations"] for r in r0s))]
     computed = [max(ts) for ts in zip(*(r.get("computed", []) for r in r0s))]
@@ -337,6 +341,9 @@ class Jobs(WorkloadKind):
                     sports = a["sports"][first:first + per_rank]
                     out = str(run_dir / (f"job-{j.name}-r{rail}-{rank}.json" if j.rails is not None
                                          else f"job-{j.name}-{rank}.json"))
+                    # a rank's rail processes share one compute phase: each iteration begins when all have ended
+                    join = (["--join", str(run_dir / f"join-{j.name}-{rank}"), "--join-part", str(ri),
+                             "--join-parts", str(len(j.rails))] if j.rails is not None else [])
                     how = (["hpnlab.node.alltoall"] if j.collective == "alltoall" else
                            ["hpnlab.node.allreduce", "--select", "least-loaded" if j.connections > 1 else "one"])
                     procs.append({"role": "job", "node": h, "out": out,
@@ -347,7 +354,7 @@ class Jobs(WorkloadKind):
                                            "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
                                            "--congestion", w.congestion, "--out", out]
                                   + (["--dscp", str(a["dscp"])] if a["dscp"] is not None else [])
-                                  + (["--iterations", str(j.iterations)] if j.iterations else [])})
+                                  + (["--iterations", str(j.iterations)] if j.iterations else []) + join})
         return procs
 
     def done(self, procs):
