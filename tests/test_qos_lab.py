@@ -24,6 +24,7 @@ pytestmark = pytest.mark.root
 NAMES = {"htb": "qosl", "prio": "qoslp", "ets": "qosle"}  # one lab name per scheduler
 RATE_MBIT = 20
 HIGH, LOW = 46, 10  # ef -> queue 0, af11 -> queue 1
+START_S = 40.0  # a flow's first bytes, or a sender's exit, within this (bounds, not figures)
 
 
 def spec_of(scheduler: str) -> dict:
@@ -70,19 +71,20 @@ def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path
             assert lab.link_stats(tor)[port]["queues"].keys() == {0, 1}  # the queues are on the port
             low = _flow(lab, tmp_path, "s0h1", rcv, 5302, LOW)
             procs += low
-            queuerates.wait_moving(lab, tor, port, 1, True)
+            # generous bounds: a sender is a Python start-up, seconds in an emulated VM (they return at once here)
+            queuerates.wait_moving(lab, tor, port, 1, True, timeout=START_S)
             high = _flow(lab, tmp_path, "s0h0", rcv, 5301, HIGH)
             procs += high
-            queuerates.wait_moving(lab, tor, port, 0, True)
+            queuerates.wait_moving(lab, tor, port, 0, True, timeout=START_S)
             time.sleep(1.0)  # the high flow's slow start is over
             a = queuerates.reading(lab, tor, port)
             time.sleep(3.0)
             both = queuerates.rates(a, queuerates.reading(lab, tor, port))
             high[1].send_signal(signal.SIGTERM)  # the higher class pauses: its sender stops
-            high[1].wait(timeout=10)
+            high[1].wait(timeout=START_S)
             queuerates.wait_moving(lab, tor, port, 0, False)
             if strict:  # the starved lower flow's TCP may be in its retransmission backoff: until it sends again
-                queuerates.wait_moving(lab, tor, port, 1, True, timeout=20.0)
+                queuerates.wait_moving(lab, tor, port, 1, True, timeout=START_S)
             c = queuerates.reading(lab, tor, port)
             time.sleep(2.0)
             alone = queuerates.rates(c, queuerates.reading(lab, tor, port))
@@ -97,7 +99,7 @@ def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGTERM)  # our own processes, each in its own session
             for p in procs:
-                p.wait(timeout=10)
+                p.wait(timeout=START_S)
         total = sum(both.values())
         print(f"{scheduler}: both sending: queue 0 {both[0]:.2f} Mbit/s, queue 1 {both[1]:.2f} Mbit/s "
               f"(high share {both[0] / total:.3f}); high stopped: queue 1 {alone[1]:.2f} Mbit/s; drops {drops}; "
