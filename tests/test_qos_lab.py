@@ -22,7 +22,9 @@ from tests.lib.labs import _need_lab_machine, leftovers
 pytestmark = pytest.mark.root
 
 NAMES = {"htb": "qosl", "prio": "qoslp", "ets": "qosle"}  # one lab name per scheduler
-RATE_MBIT = 20
+# The shaped port's rate. A slower one for the emulated (TCG) VM, where a Python sender cannot fill 20 Mbit/s
+# beside a second one (vm/run.py's qos-test step sets it): what is asserted is a share of the port, whatever its rate.
+RATE_MBIT = int(os.environ.get("HPNLAB_QOS_TEST_MBIT", "20"))
 HIGH, LOW = 46, 10  # ef -> queue 0, af11 -> queue 1
 START_S = 40.0  # a flow's first bytes, or a sender's exit, within this (bounds, not figures)
 
