@@ -26,6 +26,7 @@ NAMES = {"htb": "qosl", "prio": "qoslp", "ets": "qosle"}  # one lab name per sch
 # beside a second one (vm/run.py's qos-test step sets it): what is asserted is a share of the port, whatever its rate.
 RATE_MBIT = int(os.environ.get("HPNLAB_QOS_TEST_MBIT", "20"))
 HIGH, LOW = 46, 10  # ef -> queue 0, af11 -> queue 1
+FLOOR = 0.05 * RATE_MBIT  # a flow, not the switch's own packets (a few kbit/s in the default queue)
 START_S = 40.0  # a flow's first bytes, or a sender's exit, within this (bounds, not figures)
 
 
@@ -46,7 +47,11 @@ def _flow(lab, tmp, src: str, dst: str, port: int, dscp: int) -> tuple:
     rx = lab.spawn(dst, [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip, "--port", str(port),
                          "--duration", "40", "--dscp", str(dscp), "--out", str(tmp / f"rx-{port}.json")],
                    tmp / f"rx-{port}.log")
-    time.sleep(0.3)  # the receiver binds
+    # the sender connects once: it must find the receiver listening (a Python start-up, seconds in the VM)
+    deadline = time.monotonic() + START_S
+    while not lab.exec(dst, "ss", "-Hltn", f"sport = :{port}").stdout.strip():
+        assert rx.poll() is None and time.monotonic() < deadline, f"the receiver on {dst}:{port} never listened"
+        time.sleep(0.1)
     tx = lab.spawn(src, [py, "-m", "hpnlab.node.elephant", "send", "--src", lab.host_ip(src), "--port", str(port),
                          "--flows", f"{ip}:{41000 + port % 100}", "--size", str(400 << 20), "--duration", "30",
                          "--dscp", str(dscp), "--out", str(tmp / f"tx-{port}.json")], tmp / f"tx-{port}.log")
@@ -74,19 +79,19 @@ def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path
             low = _flow(lab, tmp_path, "s0h1", rcv, 5302, LOW)
             procs += low
             # generous bounds: a sender is a Python start-up, seconds in an emulated VM (they return at once here)
-            queuerates.wait_moving(lab, tor, port, 1, True, timeout=START_S)
+            queuerates.wait_moving(lab, tor, port, 1, True, timeout=START_S, floor_mbit=FLOOR)
             high = _flow(lab, tmp_path, "s0h0", rcv, 5301, HIGH)
             procs += high
-            queuerates.wait_moving(lab, tor, port, 0, True, timeout=START_S)
+            queuerates.wait_moving(lab, tor, port, 0, True, timeout=START_S, floor_mbit=FLOOR)
             time.sleep(1.0)  # the high flow's slow start is over
             a = queuerates.reading(lab, tor, port)
             time.sleep(3.0)
             both = queuerates.rates(a, queuerates.reading(lab, tor, port))
             high[1].send_signal(signal.SIGTERM)  # the higher class pauses: its sender stops
             high[1].wait(timeout=START_S)
-            queuerates.wait_moving(lab, tor, port, 0, False)
+            queuerates.wait_moving(lab, tor, port, 0, False, floor_mbit=FLOOR)
             if strict:  # the starved lower flow's TCP may be in its retransmission backoff: until it sends again
-                queuerates.wait_moving(lab, tor, port, 1, True, timeout=START_S)
+                queuerates.wait_moving(lab, tor, port, 1, True, timeout=START_S, floor_mbit=FLOOR)
             c = queuerates.reading(lab, tor, port)
             time.sleep(2.0)
             alone = queuerates.rates(c, queuerates.reading(lab, tor, port))

@@ -23,15 +23,18 @@ def rates(a: Reading, b: Reading) -> dict[int, float]:
 
 
 def wait_moving(lab, node: str, port: str, queue: int, moving: bool, timeout: float = 10.0,
-                every: float = 0.5) -> None:
-    """Poll until the queue's bytes grow (moving) or stop growing for ``every`` s (not moving)."""
+                every: float = 0.5, floor_mbit: float = 0.0) -> None:
+    """Poll until the queue carries more than ``floor_mbit`` over ``every`` s (moving), or no more than that
+    (not moving). A floor above the switch's own packets (BGP, LACP: a few kbit/s, in its default queue)
+    tells a flow from them."""
     deadline = time.monotonic() + timeout
     last = reading(lab, node, port)
     while time.monotonic() < deadline:
         time.sleep(every)
         now = reading(lab, node, port)
-        if (now[1][queue] > last[1][queue]) == moving:
+        if (rates(last, now)[queue] > floor_mbit) == moving:
             return
         last = now
-    raise RuntimeFailure(f"{node}:{port} queue {queue} {'never carried' if moving else 'kept carrying'} bytes "
+    raise RuntimeFailure(f"{node}:{port} queue {queue} {'never carried' if moving else 'kept carrying'} "
+                         f"{'more than ' if floor_mbit else ''}{f'{floor_mbit:g} Mbit/s' if floor_mbit else 'bytes'} "
                          f"within {timeout:g} s (bytes sent per queue at the end: {last[1]})")
