@@ -99,6 +99,9 @@ def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path
         except hpnlab.RuntimeFailure as e:  # what the port's qdiscs and classifier held, for whoever reads the log
             seen = [lab.exec(tor, "tc", "-s", "qdisc", "show", "dev", port).stdout,
                     lab.exec(tor, "nft", "list", "ruleset").stdout,
+                    *[f"{h} sockets:\n" + lab.exec(h, "ss", "-tino").stdout for h in ("s0h0", "s0h1", rcv)],
+                    "processes (None: running): " + ", ".join(f"{p.args[-1] if p.args else p.pid} {p.poll()}"
+                                                              for p in procs),
                     *[f"{f.name}: {f.read_text()[-600:]}" for f in sorted(tmp_path.glob("*.log"))]]
             raise AssertionError(f"{e}\n" + "\n".join(seen)) from e
         finally:
