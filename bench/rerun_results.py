@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (name, extra arguments): the order runs the quick ones first, the paper's segment last
 EXPERIMENTS = [("link-failure", []), ("torch-link-failure", []), ("tor-failure", []), ("tor-hang-holddown", []), ("one-way-failure", []),
                ("link-flap", []), ("repair-delay", []), ("stacked-vs-nonstacked", []), ("ablations", []), ("fare", []),
-               ("load-balance", []), ("agg-failure", []), ("link-failure-segment", []), ("crux", []),
+               ("load-balance", []), ("agg-failure", []), ("link-failure-segment", []), ("tor-hang-segment", []), ("crux", []),
                ("ring-order", []), ("dlb", []), ("gray-failure", []), ("dlb-allreduce", [])]
 
 
