@@ -29,12 +29,12 @@ from pathlib import Path
 
 from hpnlab.errors import RuntimeFailure
 from hpnlab.node import rtnl
+from hpnlab.node.inet import receive_buffer
 from hpnlab.runtime.base import Runtime
 
 NETNS_DIR = Path("/run/netns")
 RTMGRP_IPV4_ROUTE = 0x40
 CLONE_NEWNET = 0x40000000
-SO_RCVBUFFORCE = 33
 RT_TABLE_LOCAL = 255
 LINE = re.compile(r"^\[(?P<ts>[0-9T:.\-]+)\]\s+(?P<del>Deleted\s+)?(?P<type>blackhole\s+|unreachable\s+)?(?P<dst>[0-9./]+)\s(?P<rest>.*)$")
 
@@ -115,11 +115,7 @@ class Watcher:
         sock = netns_socket(netns)
         try:
             # a ToR of the paper's segment gets ~900 route messages of 60 nexthops each in one burst;
-            # FORCE (root) goes past net.core.rmem_max (208 KiB by default)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 1 << 22)
-            except OSError:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+            receive_buffer(sock, 1 << 22)
             sock.bind((0, RTMGRP_IPV4_ROUTE))
             sock.setblocking(False)
             # ifindexes are lab-wide unique and a failed link keeps its own, so the names are read once

@@ -18,6 +18,7 @@ import struct
 import sys
 import time
 
+from hpnlab.node.inet import receive_buffer
 from hpnlab.node.lateness import LateBins
 from hpnlab.node.reports import StopFlag, wait_until, write_json
 
@@ -144,10 +145,7 @@ class FlowRx:
 def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dict:
     stop = StopFlag()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:  # forced: the machine's net.core.rmem_max (shared by every namespace) would cap a plain request
-        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 8 << 20)
-    except PermissionError:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    receive_buffer(s, 8 << 20)
     s.bind((bind, port))
     s.settimeout(0.2)
     flows: dict[tuple[str, int], FlowRx] = {}

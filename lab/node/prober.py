@@ -19,6 +19,7 @@ import socket
 import struct
 import time
 
+from hpnlab.node.inet import receive_buffer
 from hpnlab.node.reports import StopFlag
 
 HEADER = struct.Struct("!4sIId")  # magic, path id, seq, send time (s since the epoch)
@@ -44,10 +45,7 @@ def run(paths: list[dict], listen: list[str], port: int, rate: float, out: str, 
     for ip in listen:
         r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         # a busy machine may not run us for a while: the probes wait in a large buffer, not lost to us
-        try:  # past net.core.rmem_max: node programs run with CAP_NET_ADMIN
-            r.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 4 << 20)
-        except OSError:
-            r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        receive_buffer(r, 4 << 20)
         r.bind((ip, port))
         r.setblocking(False)
         rx.append(r)

@@ -13,6 +13,8 @@ import os
 import socket
 import struct
 
+from hpnlab.node.inet import receive_buffer
+
 RTMGRP_LINK, RTMGRP_NEIGH, RTMGRP_IPV4_ROUTE = 0x1, 0x4, 0x40
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
@@ -36,10 +38,7 @@ def rtnl_socket(groups: int) -> socket.socket:
     """A raw rtnetlink socket subscribed to ``groups``, read straight from the agent's select loop
     (no reader thread, no library buffering between the kernel's event and the agent)."""
     s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
-    try:  # forced: the machine's net.core.rmem_max (shared by every namespace) would cap a plain request
-        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 1 << 20)
-    except PermissionError:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    receive_buffer(s, 1 << 20)
     s.bind((0, groups))
     s.setblocking(False)
     return s
