@@ -44,7 +44,7 @@ def one_run(queues: int, tmp: Path) -> dict:
         try:
             rcv = f"s0h{queues}"
             tor = lab.cfgs[rcv].nics[0].tors[0]
-            port = next(hp.iface for hp in lab.cfgs[tor].host_ports if hp.host == rcv)
+            port = queuerates.host_ports(lab, tor, rcv)  # both bond members: see hpnlab.traffic.queuerates
             ip, py = lab.host_ip(rcv), sys.executable
             senders = {}
             for k in reversed(range(queues)):  # the lowest class first: each higher one then takes its share
@@ -70,7 +70,8 @@ def one_run(queues: int, tmp: Path) -> dict:
             c = queuerates.reading(lab, tor, port)
             time.sleep(WINDOW_S)
             top_stopped = queuerates.rates(c, queuerates.reading(lab, tor, port))
-            drops = {str(k): v["drops"] for k, v in lab.link_stats(tor)[port]["queues"].items()}
+            stats = lab.link_stats(tor)
+            drops = {str(k): sum(stats[p]["queues"][k]["drops"] for p in port) for k in range(queues)}
         finally:
             for p in procs:
                 if p.poll() is None:
