@@ -1,6 +1,7 @@
 """hpnlab on the kernel Debian 12 users have (stock 6.1), in a QEMU VM: the README's first command from
 a fresh copy of this checkout, verify, down, the suite's kernel subset (bonded hosts, netem) and the
-access-link failure with both host drivers. vm/run.py does the work; this test runs it once and checks
+access-link failure with both host drivers, and switch QoS under htb, prio and ets (this project's own
+kernel has neither prio nor ets; Debian's have both). vm/run.py does the work; this test runs it once and checks
 every step's outcome. It skips, saying why, where QEMU or the image cannot be had, and inside the VM.
 
 HPNLAB_VM_KERNELS=stock,backports runs the backports kernel (6.12) too (about twice the time);
@@ -53,6 +54,8 @@ def test_debian_12_stock_kernels_run_the_lab_the_kernel_tests_and_the_failover(t
         tests = steps["kernel-tests"].get("tests") or {}
         # the bonded-host lab and netem ran (they skip on this project's own kernel, never in the VM)
         assert tests.get("passed", 0) >= 5 and tests.get("skipped", 1) == 0, tests
+        qos = steps["qos-test"].get("tests") or {}
+        assert qos.get("passed", 0) == 3 and qos.get("skipped", 1) == 0, qos  # htb, prio and ets all ran
         verify = json.loads((out / res["kernel"] / "out" / "verify.json").read_text())
         assert verify and all(c["ok"] for c in verify)
         # the VM got the tree without .git: its results still name the commit they were made from

@@ -86,7 +86,7 @@ STEPS: dict[str, tuple[int, str, str]] = {
     "kernel-tests": (2400, "./bootstrap test -m kernel -x -q -rP --junitxml=$OUT/kernel-tests.xml",
                      "the suite's kernel subset (pytest -m kernel)"),
 }
-DEFAULT_STEPS = ["up", "doctor", "readme", "verify", "offloads", "down", "kernel-tests", "link-failure"]
+DEFAULT_STEPS = ["up", "doctor", "readme", "verify", "offloads", "down", "kernel-tests", "link-failure", "qos-test"]
 KERNELS = {"stock": "6.1.", "backports": "6.12."}
 
 
