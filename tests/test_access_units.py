@@ -132,9 +132,42 @@ def test_a_resumed_tor_is_held_until_its_stale_routes_are_withdrawn_and_relearnt
     h.route(net, present=False)  # bgpd flushes the sessions' routes (+95 ms measured)
     assert h.update(10.1, [net])
     h.route(net, present=True)  # the sessions are up again and the route is back
+    h.hosts([])  # and every host has its route out of its port
     assert not h.update(10.37, []) and not h.held
-    assert h.last_resume == {"stopped_s": 3.0, "held_s": 0.37, "withdrawn": [net], "relearnt": [net]}
+    assert h.last_resume == {"stopped_s": 3.0, "held_s": 0.37, "withdrawn": [net], "relearnt": [net],
+                             "hosts_waited": []}
     assert h.resumes == 1 and h.episodes == 1 and h.resume is None
+
+
+def test_a_resumed_tor_is_held_until_it_can_deliver_to_its_hosts_again():
+    """The paper's segment: a rail's hosts all sit under one set, so no fabric route is involved; the ToR's
+    neighbour entries failed while it was stopped, and with them the host routes made from them."""
+    from hpnlab.node.tor import HoldDown
+
+    h = HoldDown(True, 20.0)
+    h.resumed(10.0, 12.0, expect_withdraw=False, missing=[])
+    assert h.update(10.0, []) and "not checked" in h.events[-1]  # held until the agent has looked
+    h.hosts(["10.0.0.2", "10.0.0.3"])
+    assert h.update(10.01, [])
+    assert h.status(10.01)["resume"]["hosts_unreached"] == ["10.0.0.2", "10.0.0.3"]
+    h.hosts(["10.0.0.3"])  # one host answered the ToR's ARP and its route is in
+    assert h.update(10.02, [])
+    h.hosts([])
+    assert not h.update(10.03, []) and not h.held
+    assert h.last_resume["hosts_waited"] == ["10.0.0.2", "10.0.0.3"] and h.last_resume["held_s"] == 0.03
+
+
+def test_a_resumed_tors_hosts_wait_for_its_fabric_routes_first():
+    from hpnlab.node.tor import HoldDown
+
+    net = "10.0.2.0/24"
+    h = HoldDown(True, 20.0)
+    h.resumed(0.0, 3.0, expect_withdraw=True, missing=[net])
+    h.hosts([])
+    assert h.update(0.1, [net]) and h.resume.bgp_waiting(0.1)  # the hosts are there, the fabric is not
+    h.route(net, present=True)
+    assert h.resume.bgp_waiting(0.2) is None
+    assert not h.update(0.2, [])
 
 
 def test_a_resume_the_sessions_outlived_is_held_only_for_the_grace_or_not_at_all():
@@ -142,10 +175,12 @@ def test_a_resume_the_sessions_outlived_is_held_only_for_the_grace_or_not_at_all
 
     h = HoldDown(True, 20.0)
     h.resumed(0.0, 0.5, expect_withdraw=True, missing=[])  # expected a withdrawal that never comes
+    h.hosts([])
     assert h.update(RESUME_GRACE_S - 0.01, [])
     assert not h.update(RESUME_GRACE_S, [])  # not the bound's 20 s
     assert any("sessions survived" in e for e in h.events)
     h.resumed(5.0, 0.5, expect_withdraw=False, missing=[])  # stopped for less than the sessions' detection
+    h.hosts([])
     assert not h.update(5.0, [])
     h.resumed(9.0, 0.5, expect_withdraw=False, missing=["10.0.2.0/24"])  # ... but a route is missing
     assert h.update(9.0, ["10.0.2.0/24"])

@@ -29,6 +29,15 @@ def test_route_body_layout():
     assert big[4] == 252 and rtnl.parse_route(big) == (1000, "10.0.0.0/24")
 
 
+def test_neigh_body_layout():
+    body = rtnl.neigh_body("10.1.2.3", 7, flags=rtnl.NTF_USE)
+    family, ifindex, state, flags, ntype = struct.unpack_from("=BxxxiHBB", body)
+    assert (family, ifindex, state, flags, ntype) == (socket.AF_INET, 7, rtnl.NUD_NONE, rtnl.NTF_USE, 0)
+    assert rtnl.parse_neigh(body) == (7, rtnl.NUD_NONE, "10.1.2.3")
+    assert rtnl.route_oif(rtnl.route_body("10.1.2.3/32", 10, oif=7)) == 7
+    assert rtnl.route_oif(rtnl.route_body("10.1.2.3/32", 10)) is None
+
+
 def test_attributes_are_padded_and_walk_back():
     a = rtnl.attr(3, b"eth0\0") + rtnl.attr(1, b"\1\2\3\4")
     assert len(a) % 4 == 0 and list(rtnl.rtattrs(a, 0)) == [(3, b"eth0\0"), (1, b"\1\2\3\4")]
@@ -54,6 +63,8 @@ CHILD = textwrap.dedent("""
     assert (r["dst"], r["dev"], r["scope"], r["protocol"]) == ("10.9.0.5", "d0", "253", "99"), r
     assert rtnl.route_prefixes(10) == {"10.9.0.5/32"} and "10.9.0.5/32" not in rtnl.route_prefixes(254)
 
+    assert rtnl.route_oifs(10) == {"10.9.0.5/32": idx}
+
     rtnl.route_replace("10.9.0.5/32", 10, rtype=rtnl.RTN_BLACKHOLE, proto=99)   # replaced, not added
     (r,) = json.loads(ip("-j", "route", "show", "table", "10"))
     assert r["type"] == "blackhole", r
@@ -67,6 +78,11 @@ CHILD = textwrap.dedent("""
 
     ip("neigh", "add", "10.9.0.7", "lladdr", "02:00:00:00:00:07", "dev", "d0")
     assert (idx, 0x80, "10.9.0.7") in rtnl.dump_neighbours()      # NUD_PERMANENT
+
+    # NTF_USE resolves an address nobody holds an entry for: an ARP request now, the entry INCOMPLETE
+    ip("addr", "add", "10.9.0.1/24", "dev", "d0")
+    rtnl.neigh_solicit("10.9.0.8", idx)
+    assert (idx, 0x01, "10.9.0.8") in rtnl.dump_neighbours()      # NUD_INCOMPLETE
 
     rtnl.link_set_up(idx, False)
     assert "UP" not in json.loads(ip("-j", "link", "show", "d0"))[0]["flags"]

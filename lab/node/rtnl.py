@@ -194,6 +194,41 @@ def parse_route(payload: bytes) -> tuple[int, str | None]:
     return table, dst
 
 
+def route_oif(payload: bytes) -> int | None:
+    """The RTA_OIF of an rtmsg: the interface of a single-nexthop route (None for multipath or none)."""
+    for atype, value in rtattrs(payload, 12):
+        if atype == RTA_OIF and len(value) == 4:
+            return struct.unpack("=i", value)[0]
+    return None
+
+
+def route_oifs(table: int) -> dict[str, int | None]:
+    """prefix -> its output interface (route_oif), for one table of this namespace."""
+    out: dict[str, int | None] = {}
+    for t, p in dump(RTM_GETROUTE, struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0)):
+        if t == RTM_NEWROUTE:
+            tbl, dst = parse_route(p)
+            if tbl == table and dst:
+                out[dst] = route_oif(p)
+    return out
+
+
+NTF_USE = 0x01
+NUD_NONE = 0x00
+
+
+def neigh_body(ip: str, ifindex: int, state: int = NUD_NONE, flags: int = 0) -> bytes:
+    """ndmsg + NDA_DST of an IPv4 neighbour (pure)."""
+    return struct.pack("=BxxxiHBB", socket.AF_INET, ifindex, state, flags, 0) + attr(NDA_DST, socket.inet_aton(ip))
+
+
+def neigh_solicit(ip: str, ifindex: int) -> None:
+    """Resolve ``ip`` on the interface now, as a packet to it would (NTF_USE: the kernel's neigh_event_send):
+    an entry that is absent or FAILED becomes INCOMPLETE and an ARP request goes out at once; one that is
+    valid is left as it is (STALE: the usual delayed probe)."""
+    _exchange(RTM_NEWNEIGH, NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, neigh_body(ip, ifindex, flags=NTF_USE))
+
+
 def route_prefixes(table: int) -> set[str]:
     """The IPv4 prefixes of one routing table (the kernel dumps every table; filtered here)."""
     out = set()

@@ -34,6 +34,9 @@ RESYNC_S = 5.0
 # the resume (the withdrawal came 95 ms after it on the default lab); what the wait guards against is a
 # stop the sessions outlived, which would otherwise hold the ports for the hold-down's whole bound.
 RESUME_GRACE_S = 1.0
+# While a resume holds the ports, a host the ToR cannot reach yet is ARPed for again this often (its port's
+# carrier may have come back after the resume; a request can be lost)
+SOLICIT_EVERY_S = 1.0
 
 
 class Resume:
@@ -43,14 +46,30 @@ class Resume:
         self.since, self.stopped_s, self.expect_withdraw = now, stopped_s, expect_withdraw
         self.withdrawn: set[str] = set()
         self.back: set[str] = set()
+        # the hosts this ToR cannot deliver to yet: no /32 out of their port in the main table (set by the
+        # agent on every check; None until the first)
+        self.hosts_unreached: list[str] | None = None
+        self.hosts_waited: set[str] = set()  # every host it waited for in this episode
 
-    def waiting_for(self, now: float) -> str | None:
-        """Why the ports are still held for this resume, or None when they need not be."""
+    def bgp_waiting(self, now: float) -> str | None:
+        """Why the BGP part of this resume still holds the ports (None: its routes are settled)."""
         gone = sorted(self.withdrawn - self.back)
         if gone:
             return f"route(s) to {', '.join(gone)} withdrawn after the resume, not yet relearnt"
         if self.expect_withdraw and not self.withdrawn and now - self.since < RESUME_GRACE_S:
             return "waiting for the stale BGP routes to be withdrawn"
+        return None
+
+    def waiting_for(self, now: float) -> str | None:
+        """Why the ports are still held for this resume, or None when they need not be: first the fabric's
+        routes, then the hosts' (the agent installs those once the former are settled)."""
+        bgp = self.bgp_waiting(now)
+        if bgp:
+            return bgp
+        if self.hosts_unreached is None or self.hosts_unreached:
+            return ("host route(s) to " + ", ".join(self.hosts_unreached[:4])
+                    + (f" and {len(self.hosts_unreached) - 4} more" if len(self.hosts_unreached) > 4 else "")
+                    + " not back in the FIB" if self.hosts_unreached else "host routes not checked yet")
         return None
 
 
@@ -91,6 +110,21 @@ class HoldDown:
                            f"ports held until " + ("the BGP routes are withdrawn and relearnt" if expect_withdraw
                                                    else "every route is there (the sessions outlive the stop)"))
 
+    def hosts(self, unreached: list[str]) -> None:
+        """The hosts (of ports with carrier and, with LACP, a partner heard) that have no /32 out of their
+        port in the main table yet: a host a resumed ToR cannot deliver to. Its neighbour entry failed while
+        the ToR was stopped (its ARP probes went unanswered, all ingress dropped), and the host route made
+        from it went with it; a port let in before it is back drops what the hosts send to that host."""
+        r = self.resume
+        if r is not None:
+            unreached = sorted(unreached)
+            if r.hosts_unreached is not None and unreached != r.hosts_unreached:
+                self.events.append(f"hold-down: host routes to {len(unreached)} host(s) not in the FIB"
+                                   + (f" ({', '.join(unreached[:4])}{' ...' if len(unreached) > 4 else ''})"
+                                      if unreached else ""))
+            r.hosts_unreached = unreached
+            r.hosts_waited.update(unreached)
+
     def route(self, prefix: str, present: bool) -> None:
         """A watched route was installed (``present``) or withdrawn since the resume."""
         r = self.resume
@@ -109,7 +143,8 @@ class HoldDown:
         why = r.waiting_for(now)
         if why is None:
             self.last_resume = {"stopped_s": round(r.stopped_s, 3), "held_s": round(now - r.since, 3),
-                                "withdrawn": sorted(r.withdrawn), "relearnt": sorted(r.back)}
+                                "withdrawn": sorted(r.withdrawn), "relearnt": sorted(r.back),
+                                "hosts_waited": sorted(r.hosts_waited)}
             self.events.append(f"hold-down: {now - r.since:.2f} s after the resume " +
                                ("its routes were withdrawn and relearnt" if r.withdrawn else
                                 "no route was withdrawn: the sessions survived the stop" if r.expect_withdraw
@@ -122,7 +157,7 @@ class HoldDown:
         resume_why = self._resume_reason(now)
         if not missing and resume_why is None:
             if self.held:
-                self.events.append(f"hold-down released after {now - self.since:.2f} s: a route to every remote set")
+                self.events.append(f"hold-down released after {now - self.since:.2f} s: every route it waits for is there")
             self.held, self.since, self.bound_hit = False, None, False
             return False
         if self.since is None:  # a resume's episode began with the resume
@@ -144,7 +179,8 @@ class HoldDown:
                 "held_for": round(now - self.since, 2) if self.since is not None else 0.0,
                 "bound_hit": self.bound_hit, "episodes": self.episodes, "resumes": self.resumes,
                 "resume": ({"since_s": round(now - self.resume.since, 2), "withdrawn": sorted(self.resume.withdrawn),
-                            "relearnt": sorted(self.resume.back)} if self.resume else None),
+                            "relearnt": sorted(self.resume.back), "hosts_unreached": self.resume.hosts_unreached}
+                           if self.resume else None),
                 "last_resume": self.last_resume}
 
 
@@ -176,6 +212,20 @@ class TorAgent:
         self.resume_after_s = min(detect) if detect else None
         self.session_detect_s = cfg.get("session_detect_s")
         self.routes_nl = None  # route events, subscribed while a resume episode lasts
+        self.host_ip_of = {hp["iface"]: hp["host_ip"] for hp in cfg["host_ports"]}
+        self.port_of_host_net = {f"{ip}/32": ifc for ifc, ip in self.host_ip_of.items()}
+        # the table a host route must be in for this ToR to deliver to the host: the main table, where zebra
+        # imports table 10 (mechanisms.host_routes), else table 10 itself
+        self.host_fib_table = 254 if cfg["mechanisms"].get("host_routes", True) else cfg["table"]
+        # host /32 -> its output interface, while a resume lasts: in the table it is forwarded by, and in
+        # table 10 (the agent's own writes, seen landing: the writer thread makes them)
+        self.host_fib: dict[str, int | None] = {}
+        self.host_t10: dict[str, int | None] = {}
+        # Ports of a resumed ToR whose host routes go in before the port is let back into the aggregate
+        # (so a host that distributes onto it finds its peers' routes there), and stay until the port is
+        # usable the usual way (LACP Collecting_Distributing, micro-BFD up); port -> give-up time
+        self.resume_ports: dict[str, float] = {}
+        self.solicited: dict[str, float] = {}  # host ip -> when this agent last ARPed for it (resume)
         self.writer = KernelWriter()
         st = cfg.get("stacked")  # the stacked baseline: peer-link sync, out-of-band heartbeat, the §4.1 rule
         self.pair = stack.Pair(cfg["name"], st["role"], st["sync_timeout_ms"] / 1000, st["heartbeat_timeout_ms"] / 1000,
@@ -202,8 +252,61 @@ class TorAgent:
     # --- state -----------------------------------------------------------------------------------
     def port_ok(self, iface: str) -> bool:
         p = self.by_iface[iface]
+        if iface in self.resume_ports:  # a resumed ToR: its host routes first, once its BGP routes are settled
+            r = self.hold.resume
+            return p.enabled and (r is None or r.bgp_waiting(time.monotonic()) is None)
+        return self.port_usable(iface)
+
+    def port_usable(self, iface: str) -> bool:
+        p = self.by_iface[iface]
         return p.enabled and (p.distributing if self.mech["lacp"] else True) and not self.hold.held \
             and (self.bfd is None or self.bfd.up(iface))
+
+    def hosts_unreached(self) -> list[str]:
+        """Hosts on ports with carrier this ToR cannot deliver to yet (resume): a reachable host has a valid
+        neighbour entry on its port, the agent's /32 out of that port written to table 10, and a route out
+        of that port in the table it is forwarded by. All of them: at the resume the main table may still
+        hold zebra's copy of a route the agent is about to withdraw (the host's entry failed during the
+        stop), and it is the entry and the agent's own write that say the copy is not stale."""
+        out = []
+        for p in self.ports:
+            ip = self.host_ip_of[p.iface]
+            net, idx = f"{ip}/32", self.ifindex[p.iface]
+            if p.enabled and not (self.neigh.get(ip) == p.iface and self.installed.get(ip) == p.iface
+                                  and self.host_t10.get(net) == idx and self.host_fib.get(net) == idx):
+                out.append(ip)
+        return out
+
+    def solicit_hosts(self, now: float, only: list[str] | None = None) -> None:
+        """ARP for the hosts on ports with carrier now (the kernel's own resolution: NTF_USE), rather than
+        wait for a host to send something: its entry failed while this ToR was stopped. ``only``: these
+        hosts, each at most once a second (a port whose carrier came back later, a host that did not answer)."""
+        for p in self.ports:
+            ip = self.host_ip_of[p.iface]
+            if not p.enabled or self.neigh.get(ip) == p.iface or (only is not None and ip not in only):
+                continue
+            if now - self.solicited.get(ip, -SOLICIT_EVERY_S) < SOLICIT_EVERY_S:
+                continue
+            self.solicited[ip] = now
+            try:
+                rtnl.neigh_solicit(ip, self.ifindex[p.iface])
+            except OSError as e:
+                log(f"{p.iface}: ARP for {ip}: {e}")
+
+    def settle_resume_ports(self, now: float) -> None:
+        """After the release, a resumed port leaves ``resume_ports`` once it is usable the usual way, loses
+        carrier, or its host has not taken it back within a LACP timeout (its route then follows the usual
+        rule again)."""
+        if not self.resume_ports:
+            return
+        if self.hold.resume is not None:  # held: every port keeps its place (a carrier may come back)
+            return
+        for ifc, give_up in list(self.resume_ports.items()):
+            if give_up == 0.0:
+                self.resume_ports[ifc] = give_up = now + (self.resume_after_s or lacp.SHORT_TIMEOUT)
+            if self.port_usable(ifc) or not self.by_iface[ifc].enabled or now > give_up:
+                del self.resume_ports[ifc]
+                self.routes_stale = True
 
     # --- hold-down ---------------------------------------------------------------------------------
     def fabric_missing(self) -> list[str]:
@@ -218,7 +321,13 @@ class TorAgent:
         held, every 500 ms otherwise (losing every uplink holds the ports down too)."""
         if not self.hold.enabled or now < self.next_fib_check:
             return
-        self.next_fib_check = now + (0.1 if self.hold.held else 0.5)
+        self.next_fib_check = now + (0.1 if self.hold.held or self.hold.resume is not None else 0.5)
+        if self.resume_ports:  # port_ok() of these follows the resume's BGP part, which no event of ours marks
+            self.routes_stale = True
+        if self.hold.resume is not None:
+            unreached = self.hosts_unreached()
+            self.hold.hosts(unreached)
+            self.solicit_hosts(now, unreached)
         self.hold.update(now, self.fabric_missing() if missing is None else missing)
         for e in self.hold.events:
             log(e)
@@ -237,8 +346,21 @@ class TorAgent:
             self.routes_nl = rtnl_socket(RTMGRP_IPV4_ROUTE)
         # the sessions' detection expired too (the peers tore them down): the FIB's BGP routes are stale
         expect = self.session_detect_s is not None and stopped > self.session_detect_s and bool(self.remote)
-        missing = self.fabric_missing()  # one table read serves both: it is the same moment
+        # the neighbour entries as the kernel holds them after the stop (those that failed during it), before
+        # anything below reads them; the events saying so are still queued
+        self._drain(now)
+        self.resync_neighbours()
+        fib = rtnl.route_oifs(254)  # one table read serves both: it is the same moment
+        missing = [n for n in self.remote if n not in fib]
+        t10 = rtnl.route_oifs(self.table)
+        self.host_t10 = {n: o for n, o in t10.items() if n in self.port_of_host_net}
+        self.host_fib = {n: o for n, o in (fib if self.host_fib_table == 254 else t10).items()
+                         if n in self.port_of_host_net}
         self.hold.resumed(now, stopped, expect, missing)
+        self.resume_ports = {p.iface: 0.0 for p in self.ports}
+        self.routes_stale = True
+        self.solicited.clear()
+        self.solicit_hosts(now)
         self.next_fib_check = now  # held from this iteration on, before LACP or micro-BFD say anything
         self.update_hold(now, missing)
 
@@ -248,11 +370,26 @@ class TorAgent:
             have = rtnl.route_prefixes(254)
             for n in self.remote:
                 self.hold.route(n, n in have)
+            t10 = rtnl.route_oifs(self.table)
+            self.host_t10 = {n: o for n, o in t10.items() if n in self.port_of_host_net}
+            self.host_fib = {n: o for n, o in (t10 if self.host_fib_table == self.table else
+                                               rtnl.route_oifs(self.host_fib_table)).items()
+                             if n in self.port_of_host_net}
         for mtype, payload in msgs:
             if mtype in (RTM_NEWROUTE, RTM_DELROUTE):
                 table, dst = parse_route(payload)
                 if table == 254 and dst in self.remote:
                     self.hold.route(dst, mtype == RTM_NEWROUTE)
+                    self.next_fib_check = now
+                elif dst in self.port_of_host_net and table in (self.host_fib_table, self.table):
+                    oif = rtnl.route_oif(payload)
+                    for t, known in ((self.host_fib_table, self.host_fib), (self.table, self.host_t10)):
+                        if table != t:
+                            continue
+                        if mtype == RTM_NEWROUTE:
+                            known[dst] = oif
+                        elif known.get(dst) == oif:
+                            del known[dst]
                     self.next_fib_check = now
         self.update_hold(now)
 
@@ -470,6 +607,7 @@ class TorAgent:
                         log(e)
                     p.events.clear()
             self.driver.transmit(now, ports)
+            self.settle_resume_ports(now)
             if self.bfd:
                 for e in self.bfd.tick_and_send(now):
                     self.routes_stale = True
