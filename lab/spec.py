@@ -143,7 +143,8 @@ class HoldDown(_Strict):
     """A ToR that boots or gets its links back keeps its host ports out of the hosts' aggregates (LACP
     Synchronization off) until its FIB has a route to every other dual-ToR set of its rail; a ToR whose
     agent was stopped for longer than the hosts' detection (a hang that ends) keeps them out until its
-    stale BGP routes were withdrawn and relearnt; at most ``max_s`` seconds (M-LAG "delay restore", BGP
+    stale BGP routes were withdrawn and relearnt and it can deliver to every host again (it ARPs for them:
+    their entries failed while it was stopped); at most ``max_s`` seconds (M-LAG "delay restore", BGP
     "update-delay" in spirit)."""
 
     enabled: bool = Field(False, description="hold a (re)booting ToR's host ports out until it has routes")
