@@ -135,6 +135,23 @@ def test_lost_packets_bound_is_5_ms_of_the_streams_packets():
     assert row(compare.compare(results(lost=(1000,)), results(lost=(1100,))), "lost_packets", "downstream").verdict == "within"
 
 
+def test_flows_affected_gets_the_packets_bound_and_black_holed_flows_the_spread_alone():
+    """A flow with any gap counts as affected: a busy machine that may cost 5 ms of a stream's packets may
+    hit a flow per packet (a fresh-clone CI run lost 2 upstream packets in a 3.6 ms gap and failed on 2
+    flows against the baseline's 0). A black-holed flow is silent for the whole fault: no machine does that."""
+    def with_flows(affected, blackholed=0):
+        r = results(blackholed=(blackholed,), pps=400.0)  # 5 ms of 400 packets/s: 2 packets
+        r["variants"]["clos"]["faults"][0]["streams"]["downstream"]["flows_affected"] = s(affected)
+        return r
+
+    def verdict(base, cand, figure):
+        return row(compare.compare(base, cand), figure, "downstream").verdict
+
+    assert verdict(with_flows(0), with_flows(2), "flows_affected") == "within"
+    assert verdict(with_flows(0), with_flows(3), "flows_affected") == "worse"
+    assert verdict(with_flows(0), with_flows(0, blackholed=1), "blackholed_flows") == "worse"
+
+
 def test_figures_in_one_side_only_are_reported_not_failed():
     base = results()
     cand = results(extra_stream=True)

@@ -6,7 +6,8 @@ compared with the baseline's median; the tolerance is the baseline's own spread 
 repetitions already disagreed) plus how far a busy machine can move the figure, the lateness meter's
 bound (``hpnlab.lateness.verdict``: 10 % of the figure or 5 ms, whichever is larger). What a figure
 counts (flows black-holed) gets the spread alone: a busy machine delays a flow's recovery, it does not
-make a flow silent for the whole fault. ``KINDS`` says, per figure, which way is worse and which bound
+make a flow silent for the whole fault. A count of flows that lost any packet gets the packets' bound: each
+packet a busy machine may cost can be another flow's. ``KINDS`` says, per figure, which way is worse and which bound
 applies; docs/baselines.md gives the table in words.
 """
 
@@ -29,7 +30,8 @@ FEWER = "fewer"  # a count of repetitions that recovered: fewer is worse
 #   ms / s   a time: the meter's bound (10 % of the figure or 5 ms) plus the spread
 #   packets  probe packets lost: they are the gap times the flows' rate, so the bound is 10 % or 5 ms of
 #            the stream's packets, whichever is more, plus the spread
-#   count    flows: the spread alone
+#   count    flows black-holed or silent: the spread alone
+#   flows    flows that lost any packet: as packets (each packet a busy machine may lose can be another flow's)
 #   share    a % or ratio measured over time (the workload's throughput, a bulk run's link ratios):
 #            10 % of the figure plus the spread (the meter's relative part; its 5 ms floor has no unit here)
 #   map      the path map's figures (computed from the hash, not timed): the spread alone
@@ -39,7 +41,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "lost_packets": (HIGHER, "packets"), "lost_after_repair": (HIGHER, "packets"),
     "lost_after_repair_1s": (HIGHER, "packets"),
     "blackholed_flows": (HIGHER, "count"), "silent_at_repair_flows": (HIGHER, "count"),
-    "flows_affected": (HIGHER, "count"),
+    "flows_affected": (HIGHER, "flows"),
     "workload.throughput_pct": (LOWER, "share"), "workload.longest_halt_ms": (HIGHER, "ms"),
     "workload.recovery_ms": (HIGHER, "ms"), "workload.halt_after_repair_ms": (HIGHER, "ms"),
     "bulk.completion_s": (HIGHER, "s"), "bulk.downlink_ratio": (HIGHER, "share"),
@@ -332,7 +334,7 @@ def bound(kind: str, median: float, pps: float | None = None) -> float:
         return max(lateness.FLOOR_MS, lateness.FRACTION * abs(median))
     if kind == "s":
         return max(lateness.FLOOR_MS / 1000, lateness.FRACTION * abs(median))
-    if kind == "packets":
+    if kind in ("packets", "flows"):
         return max(lateness.FRACTION * abs(median), lateness.FLOOR_MS / 1000 * pps if pps else 0.0)
     if kind == "share":
         return lateness.FRACTION * abs(median)
