@@ -202,15 +202,21 @@ def route_oif(payload: bytes) -> int | None:
     return None
 
 
-def route_oifs(table: int) -> dict[str, int | None]:
-    """prefix -> its output interface (route_oif), for one table of this namespace."""
-    out: dict[str, int | None] = {}
+def tables_oifs(tables: tuple[int, ...]) -> dict[int, dict[str, int | None]]:
+    """table -> prefix -> its output interface (route_oif), for these tables of this namespace, from one dump
+    (the kernel dumps every table; filtered here)."""
+    out: dict[int, dict[str, int | None]] = {t: {} for t in tables}
     for t, p in dump(RTM_GETROUTE, struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0)):
         if t == RTM_NEWROUTE:
             tbl, dst = parse_route(p)
-            if tbl == table and dst:
-                out[dst] = route_oif(p)
+            if tbl in out and dst:
+                out[tbl][dst] = route_oif(p)
     return out
+
+
+def route_oifs(table: int) -> dict[str, int | None]:
+    """prefix -> its output interface, for one table."""
+    return tables_oifs((table,))[table]
 
 
 NTF_USE = 0x01
@@ -230,14 +236,8 @@ def neigh_solicit(ip: str, ifindex: int) -> None:
 
 
 def route_prefixes(table: int) -> set[str]:
-    """The IPv4 prefixes of one routing table (the kernel dumps every table; filtered here)."""
-    out = set()
-    for t, p in dump(RTM_GETROUTE, struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0)):
-        if t == RTM_NEWROUTE:
-            tbl, dst = parse_route(p)
-            if tbl == table and dst:
-                out.add(dst)
-    return out
+    """The IPv4 prefixes of one routing table."""
+    return set(route_oifs(table))
 
 
 RTNH_F_LINKDOWN = 0x10

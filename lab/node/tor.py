@@ -66,10 +66,12 @@ class Resume:
         bgp = self.bgp_waiting(now)
         if bgp:
             return bgp
-        if self.hosts_unreached is None or self.hosts_unreached:
-            return ("host route(s) to " + ", ".join(self.hosts_unreached[:4])
-                    + (f" and {len(self.hosts_unreached) - 4} more" if len(self.hosts_unreached) > 4 else "")
-                    + " not back in the FIB" if self.hosts_unreached else "host routes not checked yet")
+        hosts = self.hosts_unreached
+        if hosts is None:
+            return "host routes not checked yet"
+        if hosts:
+            more = f" and {len(hosts) - 4} more" if len(hosts) > 4 else ""
+            return f"host route(s) to {', '.join(hosts[:4])}{more} not back in the FIB"
         return None
 
 
@@ -111,8 +113,8 @@ class HoldDown:
                                                    else "every route is there (the sessions outlive the stop)"))
 
     def hosts(self, unreached: list[str]) -> None:
-        """The hosts (of ports with carrier and, with LACP, a partner heard) that have no /32 out of their
-        port in the main table yet: a host a resumed ToR cannot deliver to. Its neighbour entry failed while
+        """The hosts on ports with carrier that the ToR cannot deliver to yet (TorAgent.hosts_unreached:
+        no /32 out of their port in the FIB): a host a resumed ToR cannot deliver to. Its neighbour entry failed while
         the ToR was stopped (its ARP probes went unanswered, all ingress dropped), and the host route made
         from it went with it; a port let in before it is back drops what the hosts send to that host."""
         r = self.resume
@@ -277,6 +279,14 @@ class TorAgent:
                 out.append(ip)
         return out
 
+    def read_host_routes(self) -> dict[str, int | None]:
+        """Read the host /32s of table 10 and of the table they are forwarded by into ``host_t10`` and
+        ``host_fib`` (one dump); returns the main table (prefix -> output interface)."""
+        tabs = rtnl.tables_oifs((254, self.table))
+        self.host_t10 = {n: o for n, o in tabs[self.table].items() if n in self.port_of_host_net}
+        self.host_fib = {n: o for n, o in tabs[self.host_fib_table].items() if n in self.port_of_host_net}
+        return tabs[254]
+
     def solicit_hosts(self, now: float, only: list[str] | None = None) -> None:
         """ARP for the hosts on ports with carrier now (the kernel's own resolution: NTF_USE), rather than
         wait for a host to send something: its entry failed while this ToR was stopped. ``only``: these
@@ -350,12 +360,8 @@ class TorAgent:
         # anything below reads them; the events saying so are still queued
         self._drain(now)
         self.resync_neighbours()
-        fib = rtnl.route_oifs(254)  # one table read serves both: it is the same moment
+        fib = self.read_host_routes()  # one table read serves both: it is the same moment
         missing = [n for n in self.remote if n not in fib]
-        t10 = rtnl.route_oifs(self.table)
-        self.host_t10 = {n: o for n, o in t10.items() if n in self.port_of_host_net}
-        self.host_fib = {n: o for n, o in (fib if self.host_fib_table == 254 else t10).items()
-                         if n in self.port_of_host_net}
         self.hold.resumed(now, stopped, expect, missing)
         self.resume_ports = {p.iface: 0.0 for p in self.ports}
         self.routes_stale = True
@@ -366,15 +372,10 @@ class TorAgent:
 
     def _routes(self, now: float) -> None:
         msgs, overrun = nl_messages(self.routes_nl)
-        if overrun:  # lost events: what the table holds now is all that is known
-            have = rtnl.route_prefixes(254)
+        if overrun:  # lost events: what the tables hold now is all that is known
+            have = self.read_host_routes()
             for n in self.remote:
                 self.hold.route(n, n in have)
-            t10 = rtnl.route_oifs(self.table)
-            self.host_t10 = {n: o for n, o in t10.items() if n in self.port_of_host_net}
-            self.host_fib = {n: o for n, o in (t10 if self.host_fib_table == self.table else
-                                               rtnl.route_oifs(self.host_fib_table)).items()
-                             if n in self.port_of_host_net}
         for mtype, payload in msgs:
             if mtype in (RTM_NEWROUTE, RTM_DELROUTE):
                 table, dst = parse_route(payload)
