@@ -179,6 +179,42 @@ def test_elephant_delivers_every_byte_on_loopback(tmp_path, select):
         assert all(f["sent"] == 1 << 20 for f in tx["flows"])
 
 
+def test_a_stopped_elephant_sender_stops_waiting_for_room_in_its_socket():
+    """A stop while a chunk is half-queued ends the wait: a peer that stopped reading (or a path that is gone)
+    must not hold a stopped sender until TCP gives up (a VM's QoS test waited 40 s on one)."""
+    import threading
+    from types import SimpleNamespace
+
+    from hpnlab.node import elephant
+
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read: it fills
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    c = socket.socket()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    c.connect(ls.getsockname())
+    peer, _ = ls.accept()
+    c.setblocking(False)
+    f = elephant.Flow("127.0.0.1", 0, elephant.Peer("127.0.0.1", 0))
+    f.sock = c
+    stop = SimpleNamespace(flag=False)
+    got: list[bool] = []
+    t = threading.Thread(target=lambda: got.append(elephant._push(f, memoryview(b"\0" * elephant.CHUNK), stop)),
+                         daemon=True)
+    try:
+        t.start()
+        t.join(0.5)
+        assert t.is_alive(), "the chunk fitted: the test did not fill the socket"
+        stop.flag = True
+        t.join(10)
+        assert not t.is_alive(), "the sender kept waiting for room after its stop"
+        assert got == [False] and 0 < f.sent < elephant.CHUNK  # what was queued counts, the rest was not sent
+    finally:
+        for s_ in (c, peer, ls):
+            s_.close()
+
+
 def test_linkstats_parses_a_root_qdisc_message():
     from hpnlab.node import linkstats
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -96,7 +97,9 @@ def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path
             time.sleep(3.0)
             both = queuerates.rates(a, queuerates.reading(lab, tor, port))
             high[1].send_signal(signal.SIGTERM)  # the higher class pauses: its sender stops
+            t_term = time.monotonic()
             high[1].wait(timeout=START_S)
+            exit_s = time.monotonic() - t_term
             queuerates.wait_moving(lab, tor, port, 0, False, floor_mbit=FLOOR)
             if strict:  # the starved lower flow's TCP may be in its retransmission backoff: until it sends again
                 queuerates.wait_moving(lab, tor, port, 1, True, timeout=START_S, floor_mbit=FLOOR)
@@ -108,10 +111,11 @@ def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path
             total = sum(both.values())
             print(f"{scheduler}: both sending: queue 0 {both[0]:.2f} Mbit/s, queue 1 {both[1]:.2f} Mbit/s "
                   f"(high share {both[0] / total if total else 0:.3f}); high stopped: queue 1 {alone[1]:.2f} "
-                  f"Mbit/s; drops {drops}; {time.monotonic() - t_start:.1f} s")
+                  f"Mbit/s; drops {drops}; the high sender exited {exit_s:.2f} s after its stop; "
+                  f"{time.monotonic() - t_start:.1f} s")
             if total <= 0.5 * RATE_MBIT or alone[1] <= 0.5 * RATE_MBIT:  # the assertions below fail: say why
                 print(_seen(lab, tor, port, procs, tmp_path))
-        except hpnlab.RuntimeFailure as e:
+        except (hpnlab.RuntimeFailure, subprocess.TimeoutExpired) as e:  # a bound passed: say what was seen
             raise AssertionError(f"{e}\n{_seen(lab, tor, port, procs, tmp_path)}") from e
         finally:
             for p in procs:
@@ -138,6 +142,8 @@ def _seen(lab, tor: str, ports: list[str], procs: list, tmp) -> str:
              "the ToR's host routes:\n" + lab.exec(tor, "ip", "route", "show", "table", "all", "proto", "99").stdout,
              lab.exec(tor, "nft", "list", "ruleset").stdout,
              "the ToR's neighbours:\n" + lab.exec(tor, "ip", "neigh").stdout,
+             # the receiver's bond members, their LACP states (a member out of collecting drops what comes in)
+             "s0h2 links:\n" + lab.exec("s0h2", "ip", "-d", "-s", "link", "show").stdout,
              *[f"{h} sockets:\n" + lab.exec(h, "ss", "-tino").stdout for h in hosts],
              *[f"{h} TCP counters:\n" + lab.exec(h, "nstat", "-az", "TcpActiveOpens", "TcpPassiveOpens",
                                                     "TcpOutSegs", "TcpInSegs", "TcpRetransSegs",

@@ -144,7 +144,7 @@ def send(src: str, port: int, flows: list[tuple[str, int]], size: int, select: s
             if select == "disjoint":
                 while p.budget > 0 and live:
                     f = min(live, key=lambda x: outq(x.sock))
-                    if outq(f.sock) >= HIGH_WATER or not _push(f, payload[:min(CHUNK, p.budget)]):
+                    if outq(f.sock) >= HIGH_WATER or not _push(f, payload[:min(CHUNK, p.budget)], stop):
                         break
                     p.budget -= min(CHUNK, p.budget)
                 if p.budget <= 0:
@@ -154,7 +154,7 @@ def send(src: str, port: int, flows: list[tuple[str, int]], size: int, select: s
                 for f in live:
                     while f.budget > 0 and outq(f.sock) < HIGH_WATER:
                         n = min(CHUNK, f.budget)
-                        if not _push(f, payload[:n]):
+                        if not _push(f, payload[:n], stop):
                             break
                         f.budget -= n
                     if f.budget <= 0:
@@ -185,8 +185,10 @@ def send(src: str, port: int, flows: list[tuple[str, int]], size: int, select: s
     return report
 
 
-def _push(f: Flow, data: memoryview) -> bool:
-    """Queue ``data`` whole on the connection (blocking briefly if the socket buffer is full)."""
+def _push(f: Flow, data: memoryview, stop: StopFlag) -> bool:
+    """Queue ``data`` whole on the connection (blocking briefly if the socket buffer is full). A stop while
+    part of it waits for room ends the wait (the bytes already queued count as sent): a connection whose
+    peer stopped reading, or whose path is gone, would otherwise hold a stopped sender until TCP gives up."""
     off = 0
     while off < len(data):
         try:
@@ -194,9 +196,14 @@ def _push(f: Flow, data: memoryview) -> bool:
         except BlockingIOError:
             if off == 0:
                 return False
+            if stop.flag:
+                f.sent += off
+                return False
             time.sleep(0.001)
         except OSError as e:
-            if e.errno in (errno.ENOTCONN,):  # still connecting
+            if e.errno == errno.ENOTCONN:  # still connecting
+                if stop.flag:
+                    return False
                 time.sleep(0.001)
                 continue
             f.error = e.strerror or str(e)
