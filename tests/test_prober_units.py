@@ -170,26 +170,33 @@ def test_prober_settings_fail_with_one_line(tmp_path):
         assert msg in str(e.value) and "\n" not in str(e.value)
 
 
+def _lines(tmp_path, p, sent: dict, recv_of, t_rx=lambda dst: 1010.0) -> None:
+    """Node-program lines written by hand: every path's sent counts from one sender ("a"), and each
+    receiver's counts in its own file with its last line at ``t_rx(dst)``."""
+    import json
+
+    (tmp_path / "prober" / "a.jsonl").write_text(json.dumps({"t": 1010.0, "sent": sent, "recv": {}, "cpu_s": 1.0}) + "\n")
+    p.procs = {"a": None}
+    for dst in sorted({r["dst"] for r in p.rows}):
+        recv = {str(r["id"]): recv_of(r) for r in p.rows if r["dst"] == dst}
+        (tmp_path / "prober" / f"{dst}.jsonl").write_text(
+            json.dumps({"t": t_rx(dst), "sent": {}, "recv": recv, "cpu_s": 1.5}) + "\n")
+        p.procs[dst] = None
+    p._read()
+
+
 def test_prober_judges_the_node_programs_lines(cfgs, tmp_path):
     """The controller's accounting, from node-program lines written by hand: per path, sent minus received
     in complete buckets; two judgements in a row confirm the suspect, timestamped."""
-    import json
-
     from hpnlab.traffic.prober import Prober
 
     p = Prober(None, cfgs, tmp_path, rate=100, window_s=5, bucket_s=0.5, grace_s=1)
     chosen, p.coverage = probeplan.choose(_rows(cfgs), 2, probeplan.fabric_links(cfgs))
     p.rows = [{**r, "id": i} for i, r in enumerate(chosen)]
     victim = "s0r0a>agg0-0"
-    sent, recv = {}, {}
-    for r in p.rows:
-        lost = 3 if victim in probeplan.links_of(r) else 0
-        sent[str(r["id"])] = {str(b): 50 for b in range(2000, 2010)}
-        recv[str(r["id"])] = {str(b): 50 - (lost if b % 3 == 0 else 0) for b in range(2000, 2010)}
-    (tmp_path / "prober" / "a.jsonl").write_text(json.dumps({"t": 1, "sent": sent, "recv": {}, "cpu_s": 1.0}) + "\n"
-                                                 + json.dumps({"t": 2, "sent": {}, "recv": recv, "cpu_s": 1.5}) + "\n")
-    p.procs = {"a": None}
-    p._read()
+    sent = {str(r["id"]): {str(b): 50 for b in range(2000, 2010)} for r in p.rows}
+    _lines(tmp_path, p, sent, lambda r: {str(b): 50 - (3 if victim in probeplan.links_of(r) and b % 3 == 0 else 0)
+                                         for b in range(2000, 2010)})
     stats = p.window(now=1005.0 + 1.0)  # buckets 2000..2009 complete (bucket 0.5 s: t 1000..1005)
     assert sum(s.sent for s in stats) == 500 * len(p.rows)
     p.started = 1000.0
@@ -197,6 +204,29 @@ def test_prober_judges_the_node_programs_lines(cfgs, tmp_path):
     p.judge(now=1006.5)
     assert [e["event"] for e in p.events] == ["suspected", "confirmed"] and p.events[1]["link"] == victim
     assert p.events[1]["node"] == "s0r0a" and p.events[1]["iface"] == "agg0-0" and p.events[1]["t"] == 1006.5
+
+
+def test_a_receiver_that_reports_late_is_not_charged_with_loss(cfgs, tmp_path):
+    """A receiver the machine did not run for a while has written its counts only up to some time: its
+    paths' later buckets wait for it instead of counting every probe sent in them as lost (which named the
+    access link into that receiver). What it has reported is judged as before."""
+    from hpnlab.traffic.prober import IN_FLIGHT_S, Prober
+
+    p = Prober(None, cfgs, tmp_path, rate=100, window_s=5, bucket_s=0.5, grace_s=1)
+    chosen, p.coverage = probeplan.choose(_rows(cfgs), 2, probeplan.fabric_links(cfgs))
+    p.rows = [{**r, "id": i} for i, r in enumerate(chosen)]
+    late = next(r["dst"] for r in p.rows if r["dst"].startswith("s"))  # a host
+    cut = 1002.5 + IN_FLIGHT_S  # it reported what arrived up to here: buckets 2000..2004 (t 1000..1002.5)
+    sent = {str(r["id"]): {str(b): 50 for b in range(2000, 2010)} for r in p.rows}
+    _lines(tmp_path, p, sent, lambda r: {str(b): 50 for b in range(2000, 2010 if r["dst"] != late else 2005)},
+           t_rx=lambda dst: cut if dst == late else 1010.0)
+    stats = {r["id"]: s for r, s in zip(p.rows, p.window(now=1006.0))}
+    assert all(s.lost == 0 for s in stats.values()), [r for r in p.rows if stats[r["id"]].lost]
+    assert {stats[r["id"]].sent for r in p.rows if r["dst"] == late} == {250}  # its reported half, judged
+    assert {stats[r["id"]].sent for r in p.rows if r["dst"] != late} == {500}
+    p.judge(now=1006.0)
+    p.judge(now=1006.5)
+    assert p.events == [], p.events
 
 
 def test_node_prober_on_loopback_counts_what_it_sends_and_receives(tmp_path):

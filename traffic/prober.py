@@ -38,6 +38,11 @@ from hpnlab.traffic.nodetools import craft
 DEFAULTS = {"rate": 100.0, "sports": 16, "cover": 2, "window_s": 5.0, "step_s": 0.5, "grace_s": 1.0,
             "bucket_s": 0.5, "min_lost": 5, "min_loss": 0.002, "background": 1e-4, "min_confidence": 0.9,
             "confirm": 2, "port": 9450}
+# A path's bucket counts once its receiver has reported this long past the bucket's end (and the bucket is
+# grace_s old): a probe not there by then is lost. Why: a receiver the machine did not run for a while
+# writes its counts late, and judged on its sender's counts alone its paths lost every probe (a CI run
+# named the access link into one host, a receiver a busy machine held back, beside the faulty uplink).
+IN_FLIGHT_S = 0.25
 
 
 def link_end(cfgs: dict, lk: str) -> tuple[str, str]:
@@ -64,6 +69,7 @@ class Prober:
         self.judgements: list[dict] = []
         self._counts: dict[tuple[int, int], list[int]] = {}  # (path, bucket) -> [sent, received]
         self._cpu: dict[str, tuple[float, float]] = {}  # host -> (first, last) cpu_s
+        self._reported: dict[str, float] = {}  # node -> its last line's time: what it received is counted to it
         self._offsets: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -212,6 +218,7 @@ class Prober:
             self._offsets[h] = self._offsets.get(h, 0) + done
             for line in data[:done].splitlines():
                 d = json.loads(line)
+                self._reported[h] = max(self._reported.get(h, 0.0), d["t"])
                 first = self._cpu.get(h, (d["cpu_s"], d["cpu_s"]))[0]
                 self._cpu[h] = (first, d["cpu_s"])
                 for i, (col, key) in enumerate((("sent", 0), ("recv", 1))):
@@ -220,13 +227,18 @@ class Prober:
                             self._counts.setdefault((int(pid), int(b)), [0, 0])[key] += n
 
     def window(self, now: float | None = None) -> list[tomography.PathStat]:
+        """Every path's probes sent and lost over the last ``window_s``: the buckets at least ``grace_s`` old
+        whose receiver has reported past their end (IN_FLIGHT_S says why); a receiver behind has its paths
+        judged on the buckets it has reported, not charged with what it has not reported yet."""
         now = now or time.time()
         w = self.s["bucket_s"]
         hi = int((now - self.s["grace_s"]) // w)  # buckets before this are complete
         lo = hi - max(1, round(self.s["window_s"] / w))
+        upto = {r["id"]: min(hi, int((self._reported[r["dst"]] - IN_FLIGHT_S) // w)) if r["dst"] in self._reported
+                else lo for r in self.rows}
         stats = {r["id"]: [0, 0] for r in self.rows}
         for (pid, b), (sent, got) in self._counts.items():
-            if lo <= b < hi and pid in stats:
+            if pid in stats and lo <= b < upto[pid]:
                 stats[pid][0] += sent
                 stats[pid][1] += min(got, sent)
         return [tomography.PathStat(probeplan.links_of(r), stats[r["id"]][0], stats[r["id"]][0] - stats[r["id"]][1])
