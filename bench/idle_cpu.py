@@ -41,7 +41,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "idle-cpu"
 FRR_KINDS = ("zebra", "bgpd", "bfdd", "staticd", "watchfrr")
-LABS = {"default": ("default", "icpu"), "segment": (str(ROOT / "examples" / "segment-full.yml"), "icpseg")}
+LABS = {"default": ("default", "icpu"), "segment": (str(ROOT / "examples" / "segment-full.yml"), "icpseg"),
+        # the segment's hosts as they are (8 rails, dual-ToR: 16 LACP ports per host agent), 16 of its 128, and
+        # 2 aggs per plane: a host agent's own cost, measured in seconds on a machine the segment saturates
+        "rails8": ({"segments": 1, "hosts_per_segment": 16, "rails": 8, "access": "dual-tor", "tier2": "dual-plane",
+                    "aggs_per_plane": 2}, "icpr8")}
 CASES = {"production": {}, "lacp-slow": {"lacp": {"fast_rate": False}}, "bfd-off": {"bfd": {"enabled": False}},
          "bgp-3-9": {"bgp": {"keepalive": 3, "hold": 9}}}
 CASES["relaxed"] = {k: v for d in list(CASES.values()) for k, v in d.items()}
