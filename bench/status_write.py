@@ -5,8 +5,8 @@ then Path.write_text and a rename), side by side in one process, alternating rou
 
 The document is a host agent's of the paper's segment (8 rails, dual-ToR: 16 LACP ports) from the host
 agent's own snapshot, with the last minute's events of a bring-up (~100 lines) and a few late-timer bins.
-Root-free; writes in a temporary directory. Prints microseconds of CPU per write (process time, min and
-median of the rounds) and the ratio; ``--json FILE`` keeps them with the provenance.
+Root-free; writes in a temporary directory. Prints microseconds of CPU per write (process time, min, median
+and max of the rounds) and the ratio; ``--json FILE`` keeps them with the provenance.
 
     .venv/bin/python bench/status_write.py [--writes 2000] [--rounds 7] [--events 96]
         [--json results/idle-cpu/status-write.json]
@@ -91,11 +91,13 @@ def main() -> int:
     same = {k: v for k, v in mine.items() if k != "time"} == {k: v for k, v in theirs.items() if k != "time"}
     res = {"bytes": size, "events": a.events, "writes_per_round": a.writes, "rounds": a.rounds,
            "same_document": same,
-           **{name: {"us_min": round(min(v), 1), "us_median": round(statistics.median(v), 1)} for name, v in us.items()},
+           **{name: {"us_min": round(min(v), 1), "us_median": round(statistics.median(v), 1), "us_max": round(max(v), 1),
+              "us_rounds": [round(x, 1) for x in v]} for name, v in us.items()},
            "ratio_median": round(statistics.median(us["statusfile"]) / statistics.median(us["plain"]), 3)}
     print(f"status file of {size} bytes ({a.events} events), CPU per write over {a.rounds} rounds of {a.writes}:")
     for name in ways:
-        print(f"  {name:<11} min {res[name]['us_min']:7.1f} us, median {res[name]['us_median']:7.1f} us")
+        print(f"  {name:<11} min {res[name]['us_min']:7.1f} us, median {res[name]['us_median']:7.1f} us, "
+              f"max {res[name]['us_max']:7.1f} us")
     print(f"  StatusFile / plain: x{res['ratio_median']} (medians); the same document: {same}")
     if a.json:
         sys.path.insert(0, str(ROOT))
