@@ -248,6 +248,42 @@ def test_a_ring_with_a_compute_phase_waits_it_out_each_iteration_and_stops_at_it
     assert f["iteration_ms"]["min"] >= 99 and 0.5 < f["gpu_util"] <= 1.0
 
 
+def _listening(port: int) -> bool:
+    """Whether a socket listens on ``port`` (/proc/net/tcp: local address hex, state 0A is LISTEN)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(r.split()[1].endswith(f":{port:04X}") and r.split()[3] == "0A" for r in rows)
+
+
+@pytest.mark.parametrize("module", ["allreduce", "alltoall"])
+def test_a_rank_stopped_while_its_peers_are_missing_reports_at_once(tmp_path, module):
+    """Rank 0 of two, whose peer never starts, is stopped while it connects: it ends with a report (no
+    iteration) well before its connect deadline (jobrun.CONNECT_S, 15 s), which the runner, killing 3 s
+    after its SIGTERM, would never see. Before, connect looked at the deadline only."""
+    from hpnlab.node.jobrun import CONNECT_S
+
+    port = _free_port()
+    out = tmp_path / "r0.json"
+    p = subprocess.Popen([sys.executable, "-m", f"hpnlab.node.{module}", "--rank", "0", "--addrs",
+                          "127.0.0.1,127.0.0.2", "--port", str(port), "--size", "4096", "--conns", "1",
+                          "--duration", "30", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not _listening(port):  # listening: its signal handlers are in, and it is connecting
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else ""
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        p.terminate()
+        rc = p.wait(timeout=CONNECT_S + 10)
+        took = time.monotonic() - t0
+        print(f"{module}: exited {rc} {took:.2f} s after its stop")
+        assert rc == 0 and took < CONNECT_S / 3, (rc, took, p.stderr.read())
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert json.loads(out.read_text())["iterations"] == []
+
+
 # --- all-to-all jobs ---------------------------------------------------------------------------------------
 A2A = ("{name: moe, collective: alltoall, hosts: [s0h0, s0h1, s1h0, s1h1], compute_ms: 100, size_kb: 1024, "
        "connections: 1}")

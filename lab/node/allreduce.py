@@ -150,7 +150,8 @@ class Ring:
         self.dups = 0
 
     # --- setup ---------------------------------------------------------------------------------------------
-    def connect(self, deadline: float) -> None:
+    def connect(self, deadline: float, stop_flag=lambda: False) -> None:
+        """Until every connection is up, the deadline (SystemExit), or a stop (run() then reports at once)."""
         me, nxt = self.addrs[self.rank], self.addrs[(self.rank + 1) % self.n]
         lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -160,6 +161,8 @@ class Ring:
         lsock.listen(64)
         lsock.settimeout(0.05)
         while len(self.out) < self.conns_wanted or len(self.inc) < self.conns_wanted:
+            if stop_flag():
+                break
             if time.time() > deadline:
                 raise SystemExit(f"rank {self.rank}: ring not connected by the deadline "
                                  f"({len(self.out)} out, {len(self.inc)} in)")

@@ -78,7 +78,8 @@ class AllToAll:
         self.buf = bytearray(BUF)
 
     # --- setup ---------------------------------------------------------------------------------------------
-    def connect(self, deadline: float) -> None:
+    def connect(self, deadline: float, stop_flag=lambda: False) -> None:
+        """Until every connection is up, the deadline (SystemExit), or a stop (run() then reports at once)."""
         me = self.addrs[self.rank]
         lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -91,6 +92,8 @@ class AllToAll:
         want_in = len(todo)
         sport_of = {pc: (self.sports[i] if i < len(self.sports) else 0) for i, pc in enumerate(todo)}
         while todo or len(self.inc) < want_in:
+            if stop_flag():
+                break
             if time.time() > deadline:
                 raise SystemExit(f"rank {self.rank}: all-to-all not connected by the deadline "
                                  f"({len(self.out)} out, {len(self.inc)} of {want_in} in)")

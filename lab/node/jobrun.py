@@ -22,7 +22,7 @@ CONNECT_S = 15.0  # a rank's connections must be up this long after the common s
 
 
 class JobRank(Protocol):
-    def connect(self, deadline: float) -> None: ...
+    def connect(self, deadline: float, stop_flag: Callable[[], bool]) -> None: ...
 
     def run(self, duration: float, stop_flag: Callable[[], bool]) -> dict: ...
 
@@ -103,7 +103,9 @@ def run_job(a: argparse.Namespace, make: Callable[[], Any]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     signal.signal(signal.SIGINT, lambda *_: stop.update(flag=True))
     job: JobRank = make()
-    job.connect(deadline=max(a.start_at, time.time()) + CONNECT_S)
+    # the stop is looked at while connecting too: a rank whose peers are gone would otherwise wait out the
+    # whole deadline, and the runner's SIGKILL (3 s after its SIGTERM) would leave no report
+    job.connect(max(a.start_at, time.time()) + CONNECT_S, lambda: stop["flag"])
     while time.time() < a.start_at and not stop["flag"]:
         time.sleep(0.005)
     rep = job.run(a.duration - max(0.0, time.time() - a.start_at) if a.start_at else a.duration,
