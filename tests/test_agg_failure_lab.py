@@ -44,12 +44,19 @@ def _bfd_up(lab, node: str, iface: str) -> bool:
 def test_an_agg_failure_converges_and_black_holes_no_flow(lab, kind, bound_ms, hits):
     dst = lab.host_ip("s1h0")
     up = _uplink(lab, "s0r0a", "agg0-0")
-    lab.wait_for(lambda: up in _via(lab, "s0r0a", dst) or None, timeout=30, what="agg0-0 in s0r0a's ECMP")
-    lab.wait_for(lambda: _bfd_up(lab, "s0r0a", up) or None, timeout=30, what="s0r0a's BFD session to agg0-0 up")
+    # Both ToRs s0h0 sends through, not only s0r0a: CI once hung agg0-0 2 s after the lab was up, before
+    # s0r0b's BFD session to it was; s0r0b then kept agg0-0 (only its 3 s BGP hold would have found the
+    # hang) and 7 flows hashed through it were black-holed until the repair.
+    for tor in ("s0r0a", "s0r0b"):
+        ifc = _uplink(lab, tor, "agg0-0")
+        lab.wait_for(lambda: ifc in _via(lab, tor, dst) or None, timeout=30, what=f"agg0-0 in {tor}'s ECMP")
+        lab.wait_for(lambda: _bfd_up(lab, tor, ifc) or None, timeout=30, what=f"{tor}'s BFD session to agg0-0 up")
     with lab.probes(src="s0h0", dst="s1h0", rail=0, flows=32, rate=250) as p:
         with lab.fault(kind, node="agg0-0"):
-            lab.wait_for(lambda: (v := _via(lab, "s0r0a", dst)) and up not in v or None, timeout=10,
-                         what="s0r0a routes around agg0-0")
+            for tor in ("s0r0a", "s0r0b"):
+                ifc = _uplink(lab, tor, "agg0-0")
+                lab.wait_for(lambda: (v := _via(lab, tor, dst)) and ifc not in v or None, timeout=10,
+                             what=f"{tor} routes around agg0-0")
             time.sleep(1.0)  # every flow hashed onto agg0-0 has moved by now, or is black-holed
         lab.wait_for(lambda: up in _via(lab, "s0r0a", dst) or None, timeout=30, what="agg0-0 back in the ECMP")
         time.sleep(1.0)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT
 from tests.lib.labs import _need_lab_machine, leftovers, poll
@@ -213,11 +214,15 @@ def test_failover_experiment_runs_unchanged(rtlab, tmp_path):
     streams = run["streams"]
     print(f"[{rtlab.runtime}] downstream longest gap {streams['downstream']['longest_gap_ms']} ms, "
           f"upstream lost {streams['upstream']['lost_packets']}", file=sys.stderr)
-    # The host moves upstream traffic at once: at most the packet or two on the wire at the instant the
-    # link goes down is lost (seen: 1 packet, a 3.6 ms gap, 7 ms after the fault was applied), never a
-    # convergence-sized gap like downstream's.
+    # The host moves upstream traffic at once: what is lost is what it sent to the dead port before its
+    # agent saw the carrier fall, never a convergence-sized gap like downstream's. The bound is on the gap;
+    # the loss follows from it and the probes' rate (32 flows x 250 packets/s: 160 packets in 20 ms). Seen:
+    # 1 packet in a 3.6 ms gap; in a CI run whose CPU was under pressure 90 % of the time, 8 packets (one
+    # on each of 8 flows) in a 4.2 ms gap, which an earlier bound of 2 packets failed.
     up = streams["upstream"]
-    assert up["lost_packets"] <= 2 and up["longest_gap_ms"] < 20, up
+    spec = yaml.safe_load((ROOT / "experiments" / "link-failure.yml").read_text())
+    pps = next(p["flows"] * p["rate"] for p in spec["probes"] if p["name"] == "upstream")
+    assert up["longest_gap_ms"] < 20 and up["lost_packets"] <= pps * 0.020, up
     assert 0 < streams["downstream"]["longest_gap_ms"] < 1000  # BGP withdrawal, bounded
     assert all(s["recovered"] for s in streams.values())
     for i in range(4):  # the experiment's labs are gone
