@@ -58,6 +58,7 @@ class NodeConfig(_Model):
     mechanisms: dict[str, bool]
     sysctls: dict[str, int | str]  # a vector (tcp_rmem) is its fields separated by spaces
     offloads: bool = False  # links.offloads: false caps GSO at one segment (hpnlab.node.plan.offload_lines)
+    time_dilation: int = 1  # spec time_dilation: the agents scale their LACP timers and announcements by it
     lacp: dict[str, Any] | None = None
     # hosts
     driver: Literal["auto", "userspace", "bond"] | None = None

@@ -100,7 +100,8 @@ def per_link_rates(topo: Topology) -> dict[tuple[str, str], float]:
 def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]]],
                 rates: dict[tuple[str, str], float] | None = None) -> dict:
     """What the runtime and the node's agent need to bring this node up, as plain JSON data."""
-    spec = topo.spec
+    spec = topo.spec.dilated()  # the timers the agents run (spec.time_dilation)
+    k = spec.time_dilation
     rates = rates or {}
     ifaces = []
     for lk, side in adj[node.name]:
@@ -115,7 +116,8 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
             ifc["shape"] = shape
         ifaces.append(ifc)
     base = {"lab": topo.name, "name": node.name, "role": node.role, "interfaces": ifaces,
-            "mechanisms": spec.mechanisms.model_dump(), "offloads": spec.links.offloads}
+            "mechanisms": spec.mechanisms.model_dump(), "offloads": spec.links.offloads,
+            **({"time_dilation": k} if k > 1 else {})}  # the agents scale their own timers (LACP, announcements)
     hashing = capacity.hash_sysctls(node.role, node.name, spec.hash.policy, spec.hash.seed)
     lacp = spec.lacp
     if node.role == "host":
@@ -128,7 +130,8 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
         reorder = {"net.ipv4.tcp_reordering": spec.tcp_reordering} if spec.tcp_reordering else {}
         base["sysctls"] = {**HOST_SYSCTLS, **hashing, **rto, **reorder}
         base["micro_bfd"] = spec.micro_bfd.model_dump()
-        base["driver"] = spec.host_driver
+        # the kernel bond's LACP timers cannot be dilated: auto takes the userspace agent then (spec refuses bond)
+        base["driver"] = "userspace" if k > 1 and spec.host_driver == "auto" else spec.host_driver
         base["lacp"] = {"system_priority": 65535, "key": 1, "fast_rate": lacp.fast_rate}
         base["nics"] = [{"rail": nic.rail, "ip": nic.ip, "mac": nic.mac, "subnet": nic.subnet,
                          "gateway": nic.gateway, "ports": nic.ports, "tors": nic.tors,
@@ -172,7 +175,7 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
                                  else float(spec.bgp.hold)),
             **({"stacked": {"role": "primary" if node.side == "a" else "secondary",
                             "peer": next(i["peer"] for i in ifaces if i["kind"] == "peer"),
-                            "sync_timeout_ms": STACK_TIMEOUT_MS, "heartbeat_timeout_ms": STACK_TIMEOUT_MS}}
+                            "sync_timeout_ms": STACK_TIMEOUT_MS * k, "heartbeat_timeout_ms": STACK_TIMEOUT_MS * k}}
                if spec.stacked else {}),
             "micro_bfd": spec.micro_bfd.model_dump(),
         })
@@ -183,7 +186,7 @@ def render(topo: Topology) -> dict[str, str]:
     env = _env()
     adj = adjacency(topo)
     files: dict[str, str] = {}
-    spec = topo.spec
+    spec = topo.spec.dilated()  # FRR runs the dilated timers (spec.time_dilation)
     too_long = check_interface_names(topo)
     if too_long:
         raise SpecError(f"interface name '{too_long[0]}' exceeds {IFNAMSIZ} characters; reduce the sizes")

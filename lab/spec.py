@@ -295,6 +295,14 @@ class Spec(_Strict):
         "3): how far out of order a segment may arrive before TCP takes it as lost, the hosts' reorder "
         "tolerance under multipath.mode spray (a RoCE NIC's counterpart: marking packets reorder-tolerant)"))
 
+    time_dilation: int = Field(1, ge=1, le=50, description=(
+        "k: every protocol timer runs k times slower (LACP's periods and timeouts, BFD's and micro-BFD's "
+        "intervals, BGP keepalive and hold, the hosts' re-announcement, the ToRs' solicitation, the "
+        "hold-down's bound), for a lab whose machine cannot hold the production timers at 1:1; results record "
+        "k and give each timer-driven figure divided by k (the fabric's time). Not dilated: the kernel "
+        "(forwarding, carrier, ECMP rehash), link rates, the agents' heartbeat. k > 1 needs the userspace "
+        "host agent (the kernel bond's LACP timers are fixed): host_driver auto picks it"))
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -327,6 +335,9 @@ class Spec(_Strict):
             if not self.mechanisms.lacp:
                 raise ValueError("access 'stacked-dual-tor' bundles each host's two links with LACP (M-LAG); "
                                  "mechanisms.lacp: false would leave single-homed hosts: keep it true")
+        if self.time_dilation > 1 and self.host_driver == "bond":
+            raise ValueError(f"time_dilation {self.time_dilation} needs LACP timers it can scale, and the kernel "
+                             f"bond's are fixed (1 s / 30 s): set host_driver userspace (or auto)")
         if self.multipath.mode != "ecmp":
             self._check_fare()
         links = self.links
@@ -374,6 +385,18 @@ class Spec(_Strict):
             # with offloads a packet is a ~64 KB GSO skb: the spray would move ~45 frames at a time
             raise ValueError(f"links.offloads true: multipath.mode '{mode}' chooses a path per packet, which "
                              f"must be an MTU frame; set links.offloads false")
+
+    def dilated(self) -> "Spec":
+        """The timers FRR and the agents run: each protocol timer times ``time_dilation`` (this spec when it is
+        1). ``time_dilation`` is kept, so a reader knows the figures' factor; render calls this once."""
+        k = self.time_dilation
+        if k == 1:
+            return self
+        return self.model_copy(update={
+            "bgp": self.bgp.model_copy(update={"keepalive": self.bgp.keepalive * k, "hold": self.bgp.hold * k}),
+            "bfd": self.bfd.model_copy(update={"interval_ms": self.bfd.interval_ms * k}),
+            "micro_bfd": self.micro_bfd.model_copy(update={"interval_ms": self.micro_bfd.interval_ms * k}),
+            "holddown": self.holddown.model_copy(update={"max_s": self.holddown.max_s * k})})
 
     # Derived sizes (pure, used by validation and the topology builder).
     @property

@@ -298,3 +298,23 @@ def test_agent_wait_hears_a_socket_that_took_a_closed_ones_number():
     finally:
         for s in (b, c, d):
             s.close()
+
+
+def test_a_dilated_port_runs_every_timer_k_times_slower():
+    """spec time_dilation k: the periodic PDU every k s and the short timeout 3k s, on both ends; the PDU's
+    bits are the production ones (Timeout still says short)."""
+    k = 10
+    host = lacp.Port("r0p0", "02:00:00:00:00:01", "02:00:00:00:00:01", 1, 1, scale=k)
+    tor = lacp.Port("h0p0", VMAC, VMAC, 1, 301, scale=k)
+    for p in (host, tor):
+        p.set_enabled(True, 0.0)
+    exchange(host, tor, 0.0)
+    assert host.distributing and tor.distributing
+    assert tor.due(0.5 * k) is None and tor.due(1.0 * k) is not None
+    assert tor.actor().state & lacp.TIMEOUT
+    tor.tick(3.0 * k - 0.01)
+    assert tor.rx == "current"  # an undilated port would have expired at 3 s
+    tor.tick(3.0 * k + 0.01)
+    assert tor.rx == "expired" and not tor.distributing
+    tor.tick(6.0 * k + 0.02)
+    assert tor.rx == "defaulted"

@@ -49,3 +49,21 @@ def test_malformed_yaml_reports_line(tmp_path):
     p.write_text("name: x\nsegments: [1, 2\n")
     with pytest.raises(SpecError, match="line"):
         load_spec(p)
+
+
+def test_time_dilation_scales_every_protocol_timer_and_keeps_its_factor():
+    s = parse_spec({"name": "t", "time_dilation": 10, "bfd": {"interval_ms": 100, "multiplier": 3},
+                    "bgp": {"keepalive": 1, "hold": 3}, "micro_bfd": {"enabled": True, "interval_ms": 50},
+                    "holddown": {"enabled": True, "max_s": 15}})
+    d = s.dilated()
+    assert (d.bgp.keepalive, d.bgp.hold, d.bfd.interval_ms, d.bfd.multiplier) == (10, 30, 1000, 3)
+    assert (d.micro_bfd.interval_ms, d.holddown.max_s, d.time_dilation) == (500, 150.0, 10)
+    assert (s.bgp.keepalive, s.bfd.interval_ms) == (1, 100)  # the user's spec is left as written
+    one = parse_spec({"name": "t"})
+    assert one.dilated() is one
+
+
+def test_time_dilation_refuses_the_kernel_bond():
+    with pytest.raises(SpecError) as ei:
+        parse_spec({"name": "t", "time_dilation": 3, "host_driver": "bond"})
+    assert "time_dilation" in str(ei.value) and "host_driver userspace" in str(ei.value)

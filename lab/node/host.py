@@ -50,7 +50,8 @@ class HostAgent:
         self.groups: list[list[lacp.Port]] = []
         for nic in self.nics:
             self.groups.append([lacp.Port(ifc, nic["mac"], nic["mac"], lc["key"], i + 1,
-                                          sys_prio=lc["system_priority"], fast=lc["fast_rate"])
+                                          sys_prio=lc["system_priority"], fast=lc["fast_rate"],
+                                          scale=cfg.get("time_dilation", 1))
                                 for i, ifc in enumerate(nic["ports"])])
         self.ports = [p for g in self.groups for p in g]
         self.driver = LacpDriver(self.ports, self.mech["lacp"])
@@ -61,6 +62,7 @@ class HostAgent:
         self.nl = rtnl_socket(RTMGRP_LINK)
         self.applied: list[tuple[str, ...] | None] = [None] * len(self.nics)
         self.last_arp: dict[str, float] = {}
+        self.arp_refresh = ARP_REFRESH * cfg.get("time_dilation", 1)
         self.status = StatusFile(status)
         self.route_changes = 0
         self.writer = KernelWriter()
@@ -76,7 +78,7 @@ class HostAgent:
             use = tuple(self.usable(group))
             # Without the ARP broadcast module a host's ARP leaves one port only (the kernel picks one).
             for ifc in use if self.mech["arp_duplication"] else use[:1]:
-                if ifc not in (self.applied[i] or ()) or now - self.last_arp.get(ifc, 0) >= ARP_REFRESH:
+                if ifc not in (self.applied[i] or ()) or now - self.last_arp.get(ifc, 0) >= self.arp_refresh:
                     self.driver.send(ifc, arp_request(nic["mac"], nic["ip"], nic["gateway"]))
                     self.last_arp[ifc] = now
             if use != self.applied[i]:

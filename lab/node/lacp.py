@@ -95,6 +95,7 @@ class Port:
     sys_prio: int = 65535
     port_prio: int = 255
     fast: bool = True
+    scale: float = 1.0  # every period and timeout times this (spec time_dilation); the PDU's bits are unchanged
     enabled: bool = False  # carrier up
     rx: str = "disabled"  # disabled | expired | defaulted | current
     mux: str = "detached"  # detached | attached | collecting_distributing
@@ -130,7 +131,7 @@ class Port:
         return self.mux == "collecting_distributing"
 
     def _timeout(self) -> float:
-        return SHORT_TIMEOUT if self.actor_state & TIMEOUT else LONG_TIMEOUT
+        return (SHORT_TIMEOUT if self.actor_state & TIMEOUT else LONG_TIMEOUT) * self.scale
 
     def _log(self, msg: str) -> None:
         self.events.append(f"{self.iface}: {msg}")
@@ -142,7 +143,7 @@ class Port:
         self.enabled = up
         if up:
             self.rx = "expired"  # PORT_DISABLED -> EXPIRED: wait one short timeout for the partner
-            self.current_while = now + SHORT_TIMEOUT
+            self.current_while = now + SHORT_TIMEOUT * self.scale
             self.partner_sync = False
             self.ntt = True
             self._log("carrier up")
@@ -183,7 +184,7 @@ class Port:
                 self.rx = "expired"
                 self.partner_sync = False
                 self.selected = False  # HPN: clear our Sync on EXPIRED, not only on DEFAULTED
-                self.current_while = now + SHORT_TIMEOUT
+                self.current_while = now + SHORT_TIMEOUT * self.scale
                 self.ntt = True
                 self._log("partner expired")
             else:
@@ -219,7 +220,7 @@ class Port:
     def period(self) -> float:
         p = self.partner
         short = p is None or self.rx != "current" or bool(p.state & TIMEOUT)
-        return FAST_PERIOD if short else SLOW_PERIOD
+        return (FAST_PERIOD if short else SLOW_PERIOD) * self.scale
 
     def due(self, now: float) -> bytes | None:
         """The frame to send now, if any (NTT or periodic)."""

@@ -195,7 +195,8 @@ class TorAgent:
         self.gateway = cfg["gateway"]
         lc = cfg["lacp"]
         self.ports = [lacp.Port(hp["iface"], iface_mac(hp["iface"]), lc["system_mac"], lc["key"], hp["port_id"],
-                                sys_prio=lc["system_priority"], fast=lc["fast_rate"]) for hp in cfg["host_ports"]]
+                                sys_prio=lc["system_priority"], fast=lc["fast_rate"],
+                                scale=cfg.get("time_dilation", 1)) for hp in cfg["host_ports"]]
         self.by_iface = {p.iface: p for p in self.ports}
         self.driver = LacpDriver(self.ports, self.mech["lacp"])
         mb = cfg.get("micro_bfd") or {}
@@ -210,9 +211,11 @@ class TorAgent:
         # timeout) is a resume: the hosts took the ports out meanwhile, and the hold-down decides when
         # they come back. Its planned sleeps are far shorter (a timer of each is due every interval).
         detect = ([mb["interval_ms"] * mb["multiplier"] / 1000] if mb.get("enabled") else []) + \
-            ([lacp.SHORT_TIMEOUT if lc["fast_rate"] else lacp.LONG_TIMEOUT] if self.mech["lacp"] else [])
+            ([(lacp.SHORT_TIMEOUT if lc["fast_rate"] else lacp.LONG_TIMEOUT) * cfg.get("time_dilation", 1)]
+             if self.mech["lacp"] else [])
         self.resume_after_s = min(detect) if detect else None
         self.session_detect_s = cfg.get("session_detect_s")
+        self.solicit_every = SOLICIT_EVERY_S * cfg.get("time_dilation", 1)
         self.routes_nl = None  # route events, subscribed while a resume episode lasts
         self.host_ip_of = {hp["iface"]: hp["host_ip"] for hp in cfg["host_ports"]}
         self.port_of_host_net = {f"{ip}/32": ifc for ifc, ip in self.host_ip_of.items()}
@@ -295,7 +298,7 @@ class TorAgent:
             ip = self.host_ip_of[p.iface]
             if not p.enabled or self.neigh.get(ip) == p.iface or (only is not None and ip not in only):
                 continue
-            if now - self.solicited.get(ip, -SOLICIT_EVERY_S) < SOLICIT_EVERY_S:
+            if now - self.solicited.get(ip, -self.solicit_every) < self.solicit_every:
                 continue
             self.solicited[ip] = now
             try:
