@@ -312,3 +312,19 @@ def test_the_load_goes_into_the_summary():
                                  "variants": {"clos": {"runs": runs, "faults": agg}}})
     assert "load clos / link-down s0h0:r0p0: agg0-0 2/2/2 -> 0/0/0 kB/s; per survivor (1/1/1) 1/1/1 -> 2/3/4 kB/s " \
            "= 200/300/400 % (even split 200/200/200 %); a survivor's share 50/50/50 -> 100/100/100 %" in text
+
+
+def test_a_dilated_variant_reads_its_durations_back_in_the_fabrics_time():
+    """time_dilation k: each fault's durations also divided by k, and the summary says what that is true for."""
+    runs = [_agg_run(100.0, 10.0) for _ in range(3)]
+    for r, gap in zip(runs, (3000.0, 3300.0, 3600.0)):
+        r["faults"][0]["converged_gap_ms"] = gap
+    agg = report.aggregate(runs, dilation=10)
+    ft = agg[0]["fabric_time"]
+    assert ft["time_dilation"] == 10
+    assert ft["converged_gap_ms"] == {"n": 3, "min": 300.0, "median": 330.0, "max": 360.0}
+    assert ft["routes_last_ms"]["median"] == 13.0
+    assert "fabric_time" not in report.aggregate(runs)[0]
+    text = report.summary_table({"experiment": "x", "repetitions": 3, "duration": 11,
+                                 "variants": {"v": {"runs": runs, "faults": agg}}})
+    assert "converged gap 300/330/360 ms" in text and "not dilated" in text

@@ -144,9 +144,21 @@ def without_frozen(meter: dict, faults_: list[dict]) -> dict:
 
 
 # --- across repetitions --------------------------------------------------------------------------------------
-def aggregate(runs: list[dict]) -> list[dict]:
+# The durations read back into the fabric's time when a variant ran its timers dilated (spec time_dilation)
+TIMED = ("converged_gap_ms", "longest_gap_ms", "after_repair_gap_ms", "recovery_after_repair_ms",
+         "routes_first_ms", "routes_last_ms")
+
+
+def in_fabric_time(summary: dict, k: int) -> dict:
+    """A duration's min/median/max divided by the time dilation k: exact for the share a protocol timer
+    takes (detection), k times too small for the kernel's and the daemons' own work, which runs undilated."""
+    return {key: (round(v / k, 2) if key != "n" and v is not None else v) for key, v in summary.items()}
+
+
+def aggregate(runs: list[dict], dilation: int = 1) -> list[dict]:
     """Per fault: n, min, median and max of every figure over the repetitions; recovered only if every run
-    recovered (``recovered_runs`` says how many did)."""
+    recovered (``recovered_runs`` says how many did). With a time dilation k > 1 each fault also has
+    ``fabric_time``: its durations divided by k (``in_fabric_time`` says what that reads true for)."""
     out = []
     for k in range(max((len(r["faults"]) for r in runs), default=0)):
         rows = [r["faults"][k] for r in runs if len(r["faults"]) > k]
@@ -182,6 +194,8 @@ def aggregate(runs: list[dict]) -> list[dict]:
             if rec:
                 e["workload"]["recovered_runs"], e["workload"]["judged"] = sum(rec), len(rec)
                 e["workload"]["dead_runs"] = sum(bool(x["workload"].get("dead")) for x in rows)
+        if dilation > 1:
+            e["fabric_time"] = {"time_dilation": dilation, **{m: in_fabric_time(e[m], dilation) for m in TIMED}}
         out.append(e)
     return out
 
@@ -280,9 +294,26 @@ def summary_table(results: dict) -> str:
                         f"window's end stops: the receivers had stopped listening)" if pr.get("unsent") else ""))
     lines += death_lines(results)
     lines += emulator_lines(results)
+    lines += dilation_lines(results)
     lines += split_lines(results)
     lines += load_lines(results)
     return "\n".join(lines)
+
+
+def dilation_lines(results: dict) -> list[str]:
+    """Per variant that ran its timers k times slower: each fault's durations read back in the fabric's time."""
+    out = []
+    for vname, v in results["variants"].items():
+        for f in v.get("faults", []):
+            ft = f.get("fabric_time")
+            if not ft:
+                continue
+            k = ft["time_dilation"]
+            out.append(f"{vname} {f['fault']}: every protocol timer x {k} (time_dilation); in the fabric's time "
+                       f"(/ {k}) converged gap {_mm(ft['converged_gap_ms'], ' ms')}, routes last "
+                       f"{_mm(ft['routes_last_ms'], ' ms')}: exact for a timer's share (detection), {k}x too "
+                       f"small for the kernel's and the daemons' own work, which is not dilated")
+    return out
 
 
 def load_lines(results: dict) -> list[str]:

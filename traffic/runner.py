@@ -240,7 +240,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
             for plan in exp.plans:
                 v = results["variants"].get(plan.name)
                 if v is not None:
-                    v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+                    v["faults"] = report.aggregate(v["runs"], v.get("time_dilation", 1)) if v["runs"] else []
                     grayfigures.aggregate_into(v)
                     v["congestion"] = congestion_record(plan, v["runs"])
             results["provenance"].update(provenance.summarise(results["variants"]))
@@ -287,6 +287,7 @@ def variant_record(plan: Plan) -> dict:
             "workload": plan.workload.kind, "select": getattr(plan.workload, "select", None), "hash": plan.spec.hash.model_dump(),
             "access": plan.spec.access, "tier2": plan.spec.tier2,
             "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
+            "time_dilation": plan.spec.time_dilation,
             "multipath": plan.spec.multipath.model_dump(), "links": plan.spec.links.model_dump(),
             "congestion": congestion_record(plan, []), "faults_planned": [f.to_dict() for f in plan.faults],
             "runs": []}
@@ -344,7 +345,7 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
                 keep_logs(lab, raw / "logs")
                 progress(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
                 lab.down(progress)
-    v["faults"] = report.aggregate(v["runs"]) if v["runs"] else []
+    v["faults"] = report.aggregate(v["runs"], v.get("time_dilation", 1)) if v["runs"] else []
     tcp = reorder.aggregate(v["runs"])
     if tcp:
         v["tcp"] = tcp
