@@ -87,3 +87,44 @@ def test_listening_tells_a_dead_daemon_from_a_silent_one(tmp_path):
         hung.listen(1)
         assert vty.listening(tmp_path / "hung.vty")
         assert vty.command_json(tmp_path / "hung.vty", "show bgp summary json", timeout=0.2) is None
+
+
+def test_bfdd_show_commands_are_asked_in_the_enable_node(tmp_path):
+    """FRR 8.4's bfdd has ``show bfd ...`` in the enable node only: asked in the view node, where a vtysh
+    connection starts, it answers 'Unknown command' (code 2), and the segment bench read that as 'bfdd did
+    not answer'. A fake bfdd keeps the node per connection as lib/vty.c does."""
+    path = tmp_path / "bfdd.vty"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(4)
+    seen: list[list[str]] = []
+
+    def serve():
+        with srv:
+            for _ in range(2):
+                conn, _ = srv.accept()
+                with conn:
+                    node, lines, buf = "view", [], b""
+                    seen.append(lines)
+                    while True:
+                        data = conn.recv(4096)
+                        if not data:
+                            break
+                        buf += data
+                        while b"\0" in buf:
+                            line, buf = buf.split(b"\0", 1)
+                            lines.append(line.decode())
+                            if line == b"enable":
+                                node, out, code = "enable", b"", 0
+                            elif node == "enable":
+                                out, code = b'[{"session-down": 2}]', 0
+                            else:
+                                out, code = b"% [BFD] Unknown command: " + line + b"\n", 2
+                            conn.sendall(out + b"\0\0\0" + bytes([code]))
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert vty.command_json(path, "show bfd peers counters json") is None  # the view node: unknown
+    assert vty.command_json(path, "show bfd peers counters json", enable=True) == [{"session-down": 2}]
+    t.join(2)
+    assert seen == [["show bfd peers counters json"], ["enable", "show bfd peers counters json"]]

@@ -409,8 +409,8 @@ class Runtime:
         """One ``show ... json`` command of one daemon, parsed, or None when it does not answer: over its vty
         socket where this machine can reach it (no vtysh process: hpnlab.vty), else through vtysh."""
         sock = self.vty_socket(node, daemon)
-        if sock is not None:
-            return vty.command_json(sock, command, timeout)
+        if sock is not None:  # bfdd's show commands are in the enable node only (hpnlab.vty)
+            return vty.command_json(sock, command, timeout, enable=daemon == "bfdd")
         return self.vtysh_json(node, command, timeout)
 
     def vtysh_json(self, node: str, command: str, timeout: float = 20) -> dict | list | None:
