@@ -4,12 +4,14 @@ does it cost idle (root).
 
     sudo .venv/bin/python bench/segment_timers.py --case lacp-fast-bgp-1-3   # one run of one case
     sudo .venv/bin/python bench/segment_timers.py --case production --hold 120
+    sudo .venv/bin/python bench/segment_timers.py --case production-x20      # every timer 20 times slower
     sudo .venv/bin/python bench/segment_timers.py --summary                  # rewrite summary.txt
 
 The segment is examples/segment-full.yml (264 nodes, 960 BGP sessions, 4,096 LACP ports) with its relaxed
 timers overridden: LACP fast in every case; BGP 1/3 with BFD off, at 1 s x 3, 300 ms x 3 or 100 ms x 3 (the
-production setting every small lab uses); and the same BFD ladder with BGP at 3/9 (bgp-3-9*), for where BGP
-1/3 does not come up. One invocation is one run of one case (one lab-lock hold): up with
+production setting every small lab uses); the same BFD ladder with BGP at 3/9 (bgp-3-9*), for where BGP
+1/3 does not come up; and the production setting with every timer k times slower (production-xK, spec
+time_dilation). One invocation is one run of one case (one lab-lock hold): up with
 a 300 s timeout, keeping the lab when it is not healthy by then (so a case that does not come up is measured
 too: what verify says, and what each process kind burns meanwhile); then a hold (default 120 s) in which
 the idle CPU of every process kind is measured as bench/idle_cpu.py does (after a settle, to the end of the
@@ -57,6 +59,10 @@ SLOW_BGP = {"lacp": {"fast_rate": True}, "bgp": {"keepalive": 3, "hold": 9}}
 for _name, _ms in (("bgp-3-9", 0), ("bgp-3-9-bfd-1s", 1000), ("bgp-3-9-bfd-300ms", 300), ("bgp-3-9-bfd-100ms", 100)):
     CASES[_name] = {**SLOW_BGP, "bfd": {"enabled": True, "interval_ms": _ms, "multiplier": 3} if _ms
                     else {"enabled": False}}
+# The production setting with every protocol timer k times slower (spec time_dilation): where no timer of it
+# holds at 1:1, the same ratios between the timers, each figure read back divided by k (docs/scale.md)
+for _k in (10, 20, 30):
+    CASES[f"production-x{_k}"] = {**CASES["production"], "time_dilation": _k}
 # the done-when's budget: half of the machine's two cores, i.e. one core (figures are % of one core)
 BUDGET_PCT_CORE = 100.0
 
