@@ -80,7 +80,8 @@ def bgp_counts(neighbors: dict) -> dict:
 
 def bfd_counts(peers: list | None) -> dict:
     """From one router's ``show bfd peers counters json``: its BFD sessions and their up/down events
-    (answered 0: bfdd did not answer in time, as a starved one does not)."""
+    (answered 0: bfdd did not answer in time, as a starved one does not; before the vty client entered the
+    enable node for bfdd, where FRR 8.4 has its show commands, every run read 0)."""
     answered = int(peers is not None)
     peers = peers or []
     return {"answered": answered, "sessions": len(peers), "ups": sum(int(p.get("session-up", 0)) for p in peers),
