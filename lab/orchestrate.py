@@ -178,6 +178,12 @@ def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress
         files.update(rt.extra_files(files, topo))  # what this runtime deploys beside the lab's files
         render.write(files, rt.config_dir)
         progress(f"lab '{lab}': {topology.summary(topo)['links']} links, rendered to {rt.config_dir}")
+        if spec.time_dilation > 1:
+            d = spec.dilated()
+            progress(f"time_dilation {spec.time_dilation}: every protocol timer {spec.time_dilation} times slower "
+                     f"(BGP {d.bgp.keepalive}/{d.bgp.hold} s, BFD {d.bfd.interval_ms} ms x {d.bfd.multiplier}"
+                     f"{' (off)' if not d.bfd.enabled else ''}, LACP {'fast' if d.lacp.fast_rate else 'slow'} x "
+                     f"{spec.time_dilation}); the kernel and the links are not slowed")
         # A runtime that starts containers has its own deploy bound (HPNLAB_CLAB_TIMEOUT, HPNLAB_C9S_TIMEOUT:
         # image pulls take minutes); there the timeout is the health wait's, after it.
         with deadline(timeout - (time.monotonic() - started)) if not cls.self_configuring else nullcontext():
