@@ -1,0 +1,53 @@
+"""A lab with its timers dilated (spec time_dilation 10) runs them on the wire: FRR's BGP and BFD timers
+ten times the production ones, and the agents' LACP speaking ten times less often, while the lab comes up
+and verifies as a 1:1 one does. results/time-dilation reads figures back from such labs; this checks that
+the factor is what ran, not only what was rendered (tests/topology/expected/dilated)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.lib.labs import owned_lab
+
+LAB = "dila"
+K = 10
+pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name=LAB, overrides={
+    "segments": 1, "hosts_per_segment": 1, "aggs_per_plane": 1, "time_dilation": K})]
+
+
+@pytest.fixture(scope="module")
+def lab(hpnlab_lab):
+    yield from owned_lab(hpnlab_lab)
+
+
+def test_frr_runs_bgp_and_bfd_timers_k_times_the_production_ones(lab):
+    peers = lab.vtysh("s0r0a", "show bgp neighbors json") or {}
+    assert peers, "s0r0a's bgpd gave no neighbours"
+    for name, p in peers.items():
+        assert (p["bgpTimerKeepAliveIntervalMsecs"], p["bgpTimerHoldTimeMsecs"]) == (1000 * K, 3000 * K), name
+    bfd = lab.wait_for(lambda: [p for p in lab.vtysh("s0r0a", "show bfd peers json") or [] if p.get("status") == "up"]
+                       or None, timeout=30, what="s0r0a's BFD sessions up")
+    assert {(p["transmit-interval"], p["receive-interval"], p["detect-multiplier"]) for p in bfd} == {(100 * K, 100 * K, 3)}
+
+
+def test_the_agents_lacp_speaks_k_times_less_often_and_the_ports_stay_in(lab):
+    """LACP fast at 1:1 sends a PDU a second on every port; dilated by 10, one every 10 s. Over 12 s each
+    port sends one or two (an NTT, a change to announce, may add one), where 1:1 would have sent ~12, and
+    every port stays collecting and distributing: the 30 s timeout holds a partner heard every 10 s."""
+    def tx() -> dict[str, tuple[int, str]]:
+        out = {}
+        for node in ("s0h0", "s0r0a", "s0r0b"):
+            st = lab.runtime.read_status(node) or {}
+            for p in st.get("ports") or [q for nic in st.get("nics", []) for q in nic["ports"]]:
+                out[f"{node}:{p['iface']}"] = (p["tx_count"], p["mux"])
+        return out
+
+    before = tx()
+    assert len(before) == 6, before  # the host's 2 rails x 2 ports, and their ToR ends on rail 0's pair
+    time.sleep(12.0)
+    after = tx()
+    sent = {port: after[port][0] - before[port][0] for port in before}
+    assert all(1 <= n <= 3 for n in sent.values()), sent
+    assert {mux for _, mux in after.values()} == {"collecting_distributing"}, after
