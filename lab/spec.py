@@ -338,6 +338,11 @@ class Spec(_Strict):
         if self.time_dilation > 1 and self.host_driver == "bond":
             raise ValueError(f"time_dilation {self.time_dilation} needs LACP timers it can scale, and the kernel "
                              f"bond's are fixed (1 s / 30 s): set host_driver userspace (or auto)")
+        if self.bfd.enabled and self.bfd.interval_ms * self.time_dilation > 60000:
+            # FRR's bfdd takes transmit/receive-interval 10-60000 ms; a larger one fails its config line
+            raise ValueError(f"time_dilation {self.time_dilation} x bfd.interval_ms {self.bfd.interval_ms} is "
+                             f"{self.bfd.interval_ms * self.time_dilation} ms, past FRR's BFD bound of 60000 ms: "
+                             f"lower one of them")
         if self.multipath.mode != "ecmp":
             self._check_fare()
         links = self.links

@@ -47,11 +47,12 @@ class HostAgent:
         self.mech = cfg["mechanisms"]
         self.nics = cfg["nics"]
         lc = cfg["lacp"]
+        k = cfg.get("time_dilation", 1)  # spec time_dilation: LACP's timers and the re-announcement k times slower
         self.groups: list[list[lacp.Port]] = []
         for nic in self.nics:
             self.groups.append([lacp.Port(ifc, nic["mac"], nic["mac"], lc["key"], i + 1,
                                           sys_prio=lc["system_priority"], fast=lc["fast_rate"],
-                                          scale=cfg.get("time_dilation", 1))
+                                          scale=k)
                                 for i, ifc in enumerate(nic["ports"])])
         self.ports = [p for g in self.groups for p in g]
         self.driver = LacpDriver(self.ports, self.mech["lacp"])
@@ -62,7 +63,7 @@ class HostAgent:
         self.nl = rtnl_socket(RTMGRP_LINK)
         self.applied: list[tuple[str, ...] | None] = [None] * len(self.nics)
         self.last_arp: dict[str, float] = {}
-        self.arp_refresh = ARP_REFRESH * cfg.get("time_dilation", 1)
+        self.arp_refresh = ARP_REFRESH * k
         self.status = StatusFile(status)
         self.route_changes = 0
         self.writer = KernelWriter()

@@ -194,9 +194,10 @@ class TorAgent:
         self.subnet = ipaddress.IPv4Network(cfg["subnet"])
         self.gateway = cfg["gateway"]
         lc = cfg["lacp"]
+        k = cfg.get("time_dilation", 1)  # spec time_dilation: LACP's timers and the solicitation k times slower
         self.ports = [lacp.Port(hp["iface"], iface_mac(hp["iface"]), lc["system_mac"], lc["key"], hp["port_id"],
                                 sys_prio=lc["system_priority"], fast=lc["fast_rate"],
-                                scale=cfg.get("time_dilation", 1)) for hp in cfg["host_ports"]]
+                                scale=k) for hp in cfg["host_ports"]]
         self.by_iface = {p.iface: p for p in self.ports}
         self.driver = LacpDriver(self.ports, self.mech["lacp"])
         mb = cfg.get("micro_bfd") or {}
@@ -211,11 +212,10 @@ class TorAgent:
         # timeout) is a resume: the hosts took the ports out meanwhile, and the hold-down decides when
         # they come back. Its planned sleeps are far shorter (a timer of each is due every interval).
         detect = ([mb["interval_ms"] * mb["multiplier"] / 1000] if mb.get("enabled") else []) + \
-            ([(lacp.SHORT_TIMEOUT if lc["fast_rate"] else lacp.LONG_TIMEOUT) * cfg.get("time_dilation", 1)]
-             if self.mech["lacp"] else [])
+            ([(lacp.SHORT_TIMEOUT if lc["fast_rate"] else lacp.LONG_TIMEOUT) * k] if self.mech["lacp"] else [])
         self.resume_after_s = min(detect) if detect else None
         self.session_detect_s = cfg.get("session_detect_s")
-        self.solicit_every = SOLICIT_EVERY_S * cfg.get("time_dilation", 1)
+        self.solicit_every = SOLICIT_EVERY_S * k
         self.routes_nl = None  # route events, subscribed while a resume episode lasts
         self.host_ip_of = {hp["iface"]: hp["host_ip"] for hp in cfg["host_ports"]}
         self.port_of_host_net = {f"{ip}/32": ifc for ifc, ip in self.host_ip_of.items()}

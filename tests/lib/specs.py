@@ -23,6 +23,9 @@ BAD = [
     ({"lacp": {"colour": "red"}}, "colour"),
     ({"bgp": {"keepalive": 5, "hold": 6}}, "hold"),
     ({"bfd": {"interval_ms": 1}}, "interval_ms"),
+    ({"time_dilation": 0}, "time_dilation"),
+    ({"time_dilation": 3, "host_driver": "bond"}, "time_dilation"),
+    ({"time_dilation": 50, "bfd": {"interval_ms": 2000}}, "time_dilation"),  # 100 s: past FRR's 60000 ms
     ({"addressing": {"hosts": "10.0.0.0/33"}}, "addressing.hosts"),
     ({"addressing": {"hosts": "10.0.0.1/24"}}, "addressing.hosts"),
     ({"addressing": {"hosts": "10.0.0.0/25"}}, "addressing.hosts"),
