@@ -1,13 +1,15 @@
 """A picture of the fabric (SVG, no dependencies): planes by colour, segments as boxes, rails labelled.
 
 Small labs are drawn link by link; Pod-sized ones are drawn as a summary (a 45K-line SVG helps nobody).
+In a detailed picture every node's box carries data-node and every link's line data-link (link_id), so the
+live view and the reports colour them by state.
 """
 
 from __future__ import annotations
 
 from html import escape
 
-from hpnlab.topology import Topology
+from hpnlab.topology import Link, Topology
 
 PLANE_COLOURS = {0: "#1f77b4", 1: "#e6772e", None: "#555555"}
 DETAIL_LIMIT = 600  # links
@@ -19,15 +21,24 @@ def _text(x: float, y: float, s: str, size: int = 11, anchor: str = "middle", we
             f'fill="{fill}" font-family="sans-serif">{escape(s)}</text>')
 
 
-def _box(x: float, y: float, w: float, h: float, fill: str, stroke: str = "#333", rx: int = 4) -> str:
+def _box(x: float, y: float, w: float, h: float, fill: str, stroke: str = "#333", rx: int = 4, node: str = "") -> str:
+    tag = f' class="node" data-node="{escape(node)}"' if node else ""
     return (f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" rx="{rx}" fill="{fill}" '
-            f'stroke="{stroke}"/>')
+            f'stroke="{stroke}"{tag}/>')
 
 
-def _line(x1: float, y1: float, x2: float, y2: float, colour: str, width: float = 1.2, dash: str = "") -> str:
+def link_id(lk: Link) -> str:
+    """A link's name in the picture and in the web views: both ends, node:interface, in the topology's
+    order. The live view and the reports find a link's line by it (data-link)."""
+    return f"{lk.a.node}:{lk.a.iface}|{lk.b.node}:{lk.b.iface}"
+
+
+def _line(x1: float, y1: float, x2: float, y2: float, colour: str, width: float = 1.2, dash: str = "",
+          link: str = "") -> str:
     d = f' stroke-dasharray="{dash}"' if dash else ""
+    tag = f' class="link" data-link="{escape(link)}"' if link else ""
     return (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{colour}" '
-            f'stroke-width="{width}" stroke-opacity="0.75"{d}/>')
+            f'stroke-width="{width}" stroke-opacity="0.75"{d}{tag}/>')
 
 
 def _svg(w: float, h: float, body: list[str], title: str) -> str:
@@ -87,19 +98,20 @@ def fabric_svg(topo: Topology) -> str:
         (x1, y1), (x2, y2) = pos[lk.a.node], pos[lk.b.node]
         if lk.kind in ("peer", "oob"):  # the stacked pair's links: short arcs between the two ToRs
             body.append(_line(x1, y1 + (6 if lk.kind == "peer" else 12), x2, y2 + (6 if lk.kind == "peer" else 12),
-                              "#c62828" if lk.kind == "peer" else "#9e9e9e", 2.0 if lk.kind == "peer" else 1.0))
+                              "#c62828" if lk.kind == "peer" else "#9e9e9e", 2.0 if lk.kind == "peer" else 1.0,
+                              link=link_id(lk)))
         elif lk.kind == "access":
             colour = PLANE_COLOURS[lk.host_port] if spec.access != "single-tor" else PLANE_COLOURS[None]
-            body.append(_line(x1 + (lk.host_port - 0.5) * 8, y1, x2, y2, colour, 1.0))
+            body.append(_line(x1 + (lk.host_port - 0.5) * 8, y1, x2, y2, colour, 1.0, link=link_id(lk)))
         else:
             plane = by_name[lk.b.node].plane if spec.tier2 == "dual-plane" else None
-            body.append(_line(x1, y1, x2, y2, PLANE_COLOURS[plane], 1.2))
+            body.append(_line(x1, y1, x2, y2, PLANE_COLOURS[plane], 1.2, link=link_id(lk)))
     for n in topo.nodes:
         x, yy = pos[n.name]
         w = 56 if n.role != "host" else 50
         fill = {"host": "#e8f5e9", "tor": "#fff8e1", "agg": "#e3f2fd", "core": "#ede7f6"}[n.role]
         stroke = PLANE_COLOURS[n.plane] if n.role != "host" else "#2e7d32"
-        body.append(_box(x - w / 2, yy - 13, w, 26, fill, stroke))
+        body.append(_box(x - w / 2, yy - 13, w, 26, fill, stroke, node=n.name))
         body.append(_text(x, yy + 4, n.name, 10))
         if n.role == "tor":
             body.append(_text(x, yy - 18, f"rail {n.rail}" + (f" {n.side}" if n.side else ""), 9, fill="#666"))
