@@ -62,6 +62,7 @@ class NodeConfig(_Model):
     lacp: dict[str, Any] | None = None
     # hosts
     driver: Literal["auto", "userspace", "bond"] | None = None
+    rto_min_ms: int | None = None  # a dilated lab's hosts: TCP's minimum RTO on their routes (Spec.host_rto_min_ms)
     nics: list[Nic] | None = None
     # routers
     asn: int | None = None

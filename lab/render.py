@@ -129,6 +129,8 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
         # A receiver that tolerates reordering (spec tcp_reordering) does not take a sprayed packet for a loss.
         reorder = {"net.ipv4.tcp_reordering": spec.tcp_reordering} if spec.tcp_reordering else {}
         base["sysctls"] = {**HOST_SYSCTLS, **hashing, **rto, **reorder}
+        if topo.spec.host_rto_min_ms():  # dilated: on every route the host agent installs (a locked metric)
+            base["rto_min_ms"] = topo.spec.host_rto_min_ms()
         base["micro_bfd"] = spec.micro_bfd.model_dump()
         # the kernel bond's LACP timers cannot be dilated: auto takes the userspace agent then (spec refuses bond)
         base["driver"] = "userspace" if k > 1 and spec.host_driver == "auto" else spec.host_driver

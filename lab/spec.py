@@ -24,6 +24,7 @@ NAME_RULE = ("must be 1-10 characters, lowercase letters and digits, starting wi
              "(it prefixes namespaces and container names)")
 EXAMPLES = data_dir("examples")
 DEFAULT_SPEC = EXAMPLES / "default.yml"
+TCP_RTO_MIN_MS = 200  # the kernel's TCP minimum retransmission timeout (TCP_RTO_MIN) where a spec sets none
 
 
 class _Strict(BaseModel):
@@ -298,9 +299,11 @@ class Spec(_Strict):
     time_dilation: int = Field(1, ge=1, le=50, description=(
         "k: every protocol timer runs k times slower (LACP's periods and timeouts, BFD's and micro-BFD's "
         "intervals, BGP keepalive and hold, the hosts' re-announcement, the ToRs' solicitation, the "
-        "hold-down's bound), for a lab whose machine cannot hold the production timers at 1:1; results record "
-        "k and give each timer-driven figure divided by k (the fabric's time). Not dilated: the kernel "
-        "(forwarding, carrier, ECMP rehash), link rates, the agents' heartbeat. k > 1 needs the userspace "
+        "hold-down's bound, the kernel's neighbour timers on every lab interface, the hosts' TCP minimum RTO), for "
+        "a lab whose machine cannot hold the production timers at 1:1; results record k and give each "
+        "timer-driven figure divided by k (the fabric's time). Not dilated: the kernel's forwarding, carrier and "
+        "ECMP rehash, TCP's maximum RTO (already the kernel's ceiling, 120 s), link rates, queueing, the agents' "
+        "heartbeat. k > 1 needs the userspace "
         "host agent (the kernel bond's LACP timers are fixed): host_driver auto picks it"))
 
     @field_validator("name")
@@ -401,7 +404,15 @@ class Spec(_Strict):
             "bgp": self.bgp.model_copy(update={"keepalive": self.bgp.keepalive * k, "hold": self.bgp.hold * k}),
             "bfd": self.bfd.model_copy(update={"interval_ms": self.bfd.interval_ms * k}),
             "micro_bfd": self.micro_bfd.model_copy(update={"interval_ms": self.micro_bfd.interval_ms * k}),
-            "holddown": self.holddown.model_copy(update={"max_s": self.holddown.max_s * k})})
+            "holddown": self.holddown.model_copy(update={"max_s": self.holddown.max_s * k}),
+            "tcp_rto_min_ms": self.tcp_rto_min_ms * k if self.tcp_rto_min_ms else None})
+
+    def host_rto_min_ms(self) -> int | None:
+        """The hosts' TCP minimum RTO a dilated lab runs: k x the spec's (or the kernel's 200 ms), carried on
+        every route the host agent installs (a locked ``rto_min`` route metric: on every kernel, where
+        net.ipv4.tcp_rto_min_us is 6.11+); None at k = 1 (the kernel's, or the spec's sysctl)."""
+        k = self.time_dilation
+        return (self.tcp_rto_min_ms or TCP_RTO_MIN_MS) * k if k > 1 else None
 
     # Derived sizes (pure, used by validation and the topology builder).
     @property

@@ -6,6 +6,7 @@ the factor is what ran, not only what was rendered (tests/topology/expected/dila
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,35 @@ def test_the_agents_lacp_speaks_k_times_less_often_and_the_ports_stay_in(lab):
     sent = {port: after[port][0] - before[port][0] for port in before}
     assert all(1 <= n <= 3 for n in sent.values()), sent
     assert {mux for _, mux in after.values()} == {"collecting_distributing"}, after
+
+
+NEIGH = ("base_reachable_time_ms", "retrans_time_ms", "delay_first_probe_time", "gc_stale_time")
+
+
+def _undilated(family: str) -> list[int]:
+    """What a k = 1 lab's interfaces have: each new device copies the first namespace's neigh.default."""
+    return [int(Path(f"/proc/sys/net/{family}/neigh/default/{key}").read_text()) for key in NEIGH]
+
+
+def _rto_ms(text: str) -> float:
+    value = text.split()[0]
+    return float(value[:-2]) if value.endswith("ms") else float(value[:-1]) * 1000
+
+
+def test_the_kernels_neighbour_timers_and_the_hosts_rto_run_k_times_the_undilated_ones(lab):
+    """Read back from the namespaces: every interface's ARP timers (and NDP's on a ToR's uplinks) k times
+    what a k = 1 lab's interfaces have, and each of the host's routes carrying TCP's minimum RTO k times the
+    kernel's 200 ms, locked (so it holds whatever tcp_rto_min_us says)."""
+    for node, family, ifaces in (("s0h0", "ipv4", ("r0p0", "r0p1", "r1p0", "r1p1")),
+                                 ("s0r0a", "ipv4", ("h0p0", "agg0-0")), ("s0r0a", "ipv6", ("agg0-0",))):
+        want = [K * v for v in _undilated(family)]
+        for ifc in ifaces:
+            keys = [f"net.{family}.neigh.{ifc}.{key}" for key in NEIGH]
+            have = [int(x) for x in lab.exec(node, "sysctl", "-n", *keys, check=True).stdout.split()]
+            assert have == want, (node, ifc, dict(zip(NEIGH, have)))
+    sysctl = lab.exec("s0h0", "sysctl", "-n", "net.ipv4.tcp_rto_min_us").stdout.strip()
+    undilated = int(sysctl) / 1000 if sysctl else 200.0  # the kernel's TCP_RTO_MIN where it has no sysctl (< 6.11)
+    routes = lab.wait_for(lambda: [r for r in lab.exec("s0h0", "ip", "route", "show", check=True).stdout.splitlines()
+                                   if "proto static" in r] or None, timeout=30, what="s0h0's routes")
+    assert routes and all(" rto_min lock " in r for r in routes), routes
+    assert {_rto_ms(r.split(" rto_min lock ", 1)[1]) for r in routes} == {K * undilated}, routes

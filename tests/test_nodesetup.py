@@ -53,6 +53,38 @@ def test_route_lines():
     assert route_lines(nic, [])[0] == "route del 10.0.0.0/24"
 
 
+
+def test_a_dilated_node_runs_its_neighbour_timers_k_times_slower_on_every_interface():
+    """time_dilation k: ARP's reachable time, retransmit, first-probe delay and stale-entry collection k times
+    the kernel's on each interface of each node (NDP's too on a router's fabric links); at k = 1 none set."""
+    dil = parse_spec({"name": "x", "time_dilation": 10})
+    for node in ("s0h0", "s0r0a", "agg0-0"):
+        one, ten = sysctls(cfg(node)), sysctls(cfg(node, dil))
+        assert not [k for k in one if ".neigh." in k and not k.endswith(".proxy_delay")], node
+        c = cfg(node, dil)
+        for ifc in (i["name"] for i in c["interfaces"]):
+            assert ten[f"net.ipv4.neigh.{ifc}.base_reachable_time_ms"] == 300000, (node, ifc)
+            assert ten[f"net.ipv4.neigh.{ifc}.retrans_time_ms"] == 10000
+            assert ten[f"net.ipv4.neigh.{ifc}.delay_first_probe_time"] == 50
+            assert ten[f"net.ipv4.neigh.{ifc}.gc_stale_time"] == 600
+        v6 = {k.split(".")[3] for k in ten if k.startswith("net.ipv6.neigh.")}
+        assert v6 == set(c.get("fabric_ifaces") or []), node  # hosts: none (no IPv6)
+    tor = sysctls(cfg("s0r0a", dil))
+    assert tor["net.ipv4.neigh.h0p0.proxy_delay"] == 0  # the ARP proxy answers at once, dilated or not
+
+
+def test_a_dilated_hosts_routes_carry_tcps_minimum_rto_k_times_the_kernels():
+    nic = cfg("s0h0")["nics"][0]
+    assert cfg("s0h0").get("rto_min_ms") is None and "rto_min" not in " ".join(route_lines(nic, ["r0p0", "r0p1"]))
+    c = cfg("s0h0", parse_spec({"name": "x", "time_dilation": 10}))
+    assert c["rto_min_ms"] == 2000  # the kernel's 200 ms x 10
+    both = route_lines(c["nics"][0], ["r0p0", "r0p1"], c["rto_min_ms"])
+    assert both[0] == ("route replace 10.0.0.0/24 proto static src 10.0.0.2 rto_min 2000ms "
+                       "nexthop dev r0p0 nexthop dev r0p1")
+    assert all("rto_min 2000ms" in line for line in both + route_lines(c["nics"][0], ["r0p1"], 2000))
+    own = cfg("s0h0", parse_spec({"name": "x", "time_dilation": 5, "tcp_rto_min_ms": 50}))
+    assert own["rto_min_ms"] == 250 and own["sysctls"]["net.ipv4.tcp_rto_min_us"] == 250000  # the spec's, x 5
+
 BONDING = """Ethernet Channel Bonding Driver: v6.1.0
 
 Bonding Mode: IEEE 802.3ad Dynamic link aggregation

@@ -23,10 +23,14 @@ from hpnlab.node.rtnl import RTMGRP_LINK, link_states, nl_messages, rtnl_socket
 ARP_REFRESH = 1.0  # the host re-announces itself each second, so a ToR whose ARP entry aged out relearns it
 
 
-def route_lines(nic: dict, usable: list[str]) -> list[str]:
-    """``ip -batch`` lines for one NIC given the ports that may carry traffic (pure, unit-tested)."""
+def route_lines(nic: dict, usable: list[str], rto_min_ms: int | None = None) -> list[str]:
+    """``ip -batch`` lines for one NIC given the ports that may carry traffic (pure, unit-tested). With
+    ``rto_min_ms`` (a dilated lab) each route carries TCP's minimum RTO: ip locks the metric, so it holds for
+    every connection over the route whatever net.ipv4.tcp_rto_min_us says."""
     lines = []
     own, gw, src = nic["subnet"], nic["gateway"], nic["ip"]
+    if rto_min_ms:
+        src = f"{src} rto_min {rto_min_ms}ms"
     if not usable:
         return [f"route del {own}"] + [f"route del {s}" for s in nic["remote_subnets"]]
     if len(usable) == 1:
@@ -83,7 +87,7 @@ class HostAgent:
                     self.driver.send(ifc, arp_request(nic["mac"], nic["ip"], nic["gateway"]))
                     self.last_arp[ifc] = now
             if use != self.applied[i]:
-                batch += route_lines(nic, list(use))
+                batch += route_lines(nic, list(use), self.cfg.get("rto_min_ms"))
                 log(f"rail {nic['rail']} {nic['ip']}: nexthops {list(self.applied[i] or ())} -> {list(use)}")
                 self.applied[i] = use
         if not batch:

@@ -29,6 +29,14 @@ FABRIC_KINDS = ("uplink", "core")  # a router's interfaces with a BGP unnumbered
 # leaves them out where its kernel has no such file, and says so.
 OPTIONAL_SYSCTLS = {"net.ipv4.fib_multipath_hash_seed": "hash-seed",   # Linux 6.11
                     "net.ipv4.fib_multipath_hash_fields": "hash-fields"}  # Linux 5.14
+# The kernel's neighbour (ARP, NDP) timers and their defaults (net/ipv4/arp.c, net/ipv6/ndisc.c): how long
+# an entry stays reachable, the probe's retransmit, the wait before the first probe (seconds) and how long
+# an unused entry stays before the periodic collection drops it (seconds). They are per interface: a new
+# namespace has no neigh.default of its own (only the first namespace has, with the table-wide gc_interval
+# and gc_thresh*), and each device copies the first namespace's defaults when it is made. A dilated node
+# (time_dilation k) runs each k times slower on every interface of its own (``neigh_sysctls``).
+NEIGH_TIMERS = {"base_reachable_time_ms": 30000, "retrans_time_ms": 1000, "delay_first_probe_time": 5,
+                "gc_stale_time": 60}
 
 
 def sysctls(cfg: dict, skip: frozenset[str] | set[str] | list[str] = ()) -> dict[str, int | str]:
@@ -56,6 +64,21 @@ def sysctls(cfg: dict, skip: frozenset[str] | set[str] | list[str] = ()) -> dict
             for ifc in nic["ports"]:
                 out[f"net.ipv4.conf.{ifc}.rp_filter"] = 0
                 out[f"net.ipv4.conf.{ifc}.arp_ignore"] = 1
+    out.update(neigh_sysctls(cfg))
+    return out
+
+
+def neigh_sysctls(cfg: dict) -> dict[str, int]:
+    """A dilated node's neighbour timers (``NEIGH_TIMERS`` x time_dilation) on each of its interfaces: IPv4
+    (ARP) everywhere, IPv6 (NDP) too on a router's fabric links, where BGP unnumbered resolves its peers.
+    None at k = 1: the interfaces keep what the kernel gave them."""
+    k = cfg.get("time_dilation", 1)
+    if k <= 1:
+        return {}
+    out = {f"net.ipv4.neigh.{i['name']}.{key}": v * k for i in cfg["interfaces"] for key, v in NEIGH_TIMERS.items()}
+    if cfg["role"] != "host":
+        out.update({f"net.ipv6.neigh.{name}.{key}": v * k for name in cfg.get("fabric_ifaces") or []
+                    for key, v in NEIGH_TIMERS.items()})
     return out
 
 
