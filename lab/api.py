@@ -302,19 +302,22 @@ class Lab:
         100 ms bins where a LACP, micro-BFD, stacking or hold-down timer ran 1 ms or more after it was due)."""
         return self.agent_records()[0]
 
-    def agent_records(self) -> tuple[dict[str, dict], dict[str, list]]:
+    def agent_records(self) -> tuple[dict[str, dict], dict[str, list], dict[str, dict]]:
         """From every agent's status, in one read: node -> its late timers, node -> its events of the last
-        60 s as [epoch s, message] (carrier, LACP, micro-BFD, host routes, nexthops: the timeline's)."""
+        60 s as [epoch s, message] (carrier, LACP, micro-BFD, host routes, nexthops: the timeline's), node ->
+        its long intervals between protocol packets (``packet_gaps``: the slip guard's, hpnlab.node.slip)."""
         driver = self.runtime.state.data.host_driver or "userspace"
         nodes = [n for n, c in self.cfgs.items() if nodesetup.agent_module(c.plain(), driver)]
-        timers, events = {}, {}
+        timers, events, gaps = {}, {}, {}
         # in parallel: on clabernetes each read is a remote exec
         for n, st in zip(nodes, verify.pmap(self.runtime.read_status, nodes)):
             if st and "timers_late" in st:
                 timers[n] = st["timers_late"]
             if st and st.get("events"):
                 events[n] = st["events"]
-        return timers, events
+            if st and st.get("packet_gaps"):
+                gaps[n] = st["packet_gaps"]
+        return timers, events, gaps
 
     # --- doing things in it -----------------------------------------------------------------------------
     def exec(self, node: str, *argv: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess:

@@ -87,3 +87,17 @@ def test_the_kernels_neighbour_timers_and_the_hosts_rto_run_k_times_the_undilate
                                    if "proto static" in r] or None, timeout=30, what="s0h0's routes")
     assert routes and all(" rto_min lock " in r for r in routes), routes
     assert {_rto_ms(r.split(" rto_min lock ", 1)[1]) for r in routes} == {K * undilated}, routes
+
+
+def test_the_slip_guard_watches_the_tors_bfd_sessions_both_ways_and_its_lacp_ports(lab):
+    """The ToR's agent sees bfdd's packets on its uplink (a capture: both directions) and its host port's
+    LACPDUs, with the threshold half the detection time in force (BFD 3 x 1 s, LACP 30 s at k = 10)."""
+    def watched():
+        g = (lab.runtime.read_status("s0r0a") or {}).get("packet_gaps") or {}
+        th = g.get("threshold_ms", {})
+        return g if {"bfd agg0-0 rx", "bfd agg0-0 tx", "lacp h0p0"} <= set(th) else None
+
+    g = lab.wait_for(watched, timeout=30, what="s0r0a's slip guard watching its BFD session and LACP port")
+    assert g["threshold_ms"]["bfd agg0-0 rx"] == g["threshold_ms"]["bfd agg0-0 tx"] == 1500.0
+    assert g["threshold_ms"]["lacp h0p0"] == 15000.0
+    assert g["packets"] > 0 and all(len(x) == 3 for x in g["long"] + g["open"])

@@ -27,7 +27,8 @@ def test_the_status_file_holds_the_data_the_heartbeat_and_the_last_minutes_event
     st.write({"node": "s0h0", "nics": [{"rail": 0}]})
     d = json.loads((tmp_path / "s.json").read_text())
     assert d["node"] == "s0h0" and d["nics"] == [{"rail": 0}] and abs(d["time"] - time.time()) < 5
-    assert list(d) == ["node", "nics", "pid", "time", "timers_late", "events"]  # the order it always had
+    assert list(d) == ["node", "nics", "pid", "time", "timers_late", "packet_gaps", "events"]  # events last
+    assert set(d["packet_gaps"]) == {"long", "open", "packets", "threshold_ms"}  # the slip guard's record
     assert d["events"] == [[now - 30, "port r0p0 up"], [now - 1, "rail 0: nexthops [] -> [r0p0]"]]
     assert not (tmp_path / "s.tmp").exists()  # written aside, then renamed over
 

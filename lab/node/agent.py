@@ -21,6 +21,7 @@ from pathlib import Path
 
 from hpnlab.node import lacp
 from hpnlab.node.lateness import LateBins
+from hpnlab.node.slip import GAPS
 from hpnlab.node.rtnl import dump_links
 
 SOL_PACKET = 263
@@ -187,7 +188,8 @@ class StatusFile:
         if not self.path:
             return
         now = time.time()
-        head = json.dumps({**data, "pid": os.getpid(), "time": now, "timers_late": TIMERS.report()})
+        head = json.dumps({**data, "pid": os.getpid(), "time": now, "timers_late": TIMERS.report(),
+                           "packet_gaps": GAPS.report(now)})
         # head is never empty (pid, time, timers_late): the events go in as its last key
         body = (head[:-1] + ', "events": ' + self.events_json(now) + "}").encode()
         tmp = self.path.with_suffix(".tmp")
@@ -244,6 +246,8 @@ class LacpDriver:
                 return  # link went away under us; carrier handling resyncs
             pdu = lacp.decode(frame)
             if pdu:
+                # the slip guard: an interval of half the port's timeout or more between its partner's PDUs
+                GAPS.seen(f"lacp {port.iface}", time.time(), port.timeout() / 2)
                 port.receive(pdu[0], pdu[1], now)
                 self.timers.touch(port)
 

@@ -133,6 +133,10 @@ class Port:
     def _timeout(self) -> float:
         return (SHORT_TIMEOUT if self.actor_state & TIMEOUT else LONG_TIMEOUT) * self.scale
 
+    def timeout(self) -> float:
+        """How long this port waits for its partner's next PDU before it expires (s, dilated)."""
+        return self._timeout()
+
     def _log(self, msg: str) -> None:
         self.events.append(f"{self.iface}: {msg}")
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 import random
 import socket
 import struct
+import time
 import zlib
 
 from hpnlab.node.inet import checksum
+from hpnlab.node.slip import GAPS
 
 PORT = 6784
 MAC = "01:00:5e:90:00:01"
@@ -178,7 +180,10 @@ class Driver:
                 return
             pkt = decode(data)
             if pkt:
-                self.sessions[ifc].receive(pkt, now)
+                ses = self.sessions[ifc]
+                # the slip guard: an interval of half the detection time or more between the peer's packets
+                GAPS.seen(f"micro-bfd {ifc}", time.time(), ses.interval * ses.mult / 2)
+                ses.receive(pkt, now)
 
     def set_enabled(self, ifc: str, up: bool, now: float) -> None:
         self.sessions[ifc].set_enabled(up, now)

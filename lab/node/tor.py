@@ -13,8 +13,8 @@ import ipaddress
 import socket
 import time
 
-from hpnlab.node import lacp, microbfd, rtnl, spray, stack
-from hpnlab.node.agent import (agent_main, apply_carriers, CarrierEvents, KernelWriter, LacpDriver, StatusFile,
+from hpnlab.node import lacp, microbfd, rtnl, slip, spray, stack
+from hpnlab.node.agent import (GAPS, agent_main, apply_carriers, CarrierEvents, KernelWriter, LacpDriver, StatusFile,
                                closed_fd, iface_mac, log, wait)
 from hpnlab.node.rtnl import (RT_SCOPE_LINK, RTM_DELNEIGH, RTM_DELROUTE, RTM_NEWNEIGH, RTM_NEWROUTE, RTMGRP_IPV4_ROUTE,
                               RTMGRP_LINK, RTMGRP_NEIGH, RTN_BLACKHOLE, dump_links, link_states, nl_messages,
@@ -253,6 +253,10 @@ class TorAgent:
         self.routes_stale = True
         # multipath.mode spray: the per-uplink tables follow the main table (hpnlab.node.spray)
         self.spray = spray.Keeper(cfg) if (cfg.get("multipath") or {}).get("mode") in spray.MODES else None
+        # the slip guard: bfdd's sessions on the uplinks, both ways, seen on the wire (hpnlab.node.slip); an
+        # interval of half the detection time or more is kept
+        self.bfd_watch = slip.BfdWatch(cfg.get("fabric_ifaces") or [], cfg["session_detect_s"] / 2, GAPS) \
+            if cfg.get("bfd") and cfg.get("session_detect_s") else None
 
     # --- state -----------------------------------------------------------------------------------
     def port_ok(self, iface: str) -> bool:
@@ -568,10 +572,11 @@ class TorAgent:
             bfd_fds = self.bfd.fds() if self.bfd else []
             pair_fds = self.pairlink.fds() if self.pairlink else []
             route_fds = [self.routes_nl.fileno()] if self.routes_nl is not None else []
+            watch_fds = self.bfd_watch.fds() if self.bfd_watch else []
             deadline = min(self.driver.next_deadline(now), self.bfd.next_deadline() if self.bfd else now + 1,
                            self.next_fib_check if self.hold.enabled else now + 1,
                            self.pair.next_tx if self.pair else now + 1)
-            ready = wait(self.driver.fds() + bfd_fds + pair_fds + route_fds + [nl], deadline)
+            ready = wait(self.driver.fds() + bfd_fds + pair_fds + route_fds + watch_fds + [nl], deadline)
             now = body_start = time.monotonic()
             self.check_stall(now, last_alive)
             for fd in ready:
@@ -585,6 +590,8 @@ class TorAgent:
                     self.bfd.handle(fd, now)
                 elif fd in pair_fds:
                     self.pairlink.handle(fd, self.pair, now)
+                elif fd in watch_fds:
+                    self.bfd_watch.handle(fd)
                 else:
                     self.driver.handle(fd, now)
             now = time.monotonic()
