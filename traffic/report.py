@@ -312,8 +312,19 @@ def dilation_lines(results: dict) -> list[str]:
             out.append(f"{vname} {f['fault']}: every protocol timer x {k} (time_dilation); in the fabric's time "
                        f"(/ {k}) converged gap {_mm(ft['converged_gap_ms'], ' ms')}, routes last "
                        f"{_mm(ft['routes_last_ms'], ' ms')}: exact for a timer's share (detection), {k}x too "
-                       f"small for the kernel's and the daemons' own work, which is not dilated")
+                       f"small for the kernel's and the daemons' own work, which is not dilated"
+                       + _dilated_parts(f.get("dilation")))
     return out
+
+
+def _dilated_parts(d: dict | None) -> str:
+    """'; detection by bfd (3000 ms in force): dilated; protocol, delivery: not' (hpnlab.dilation)."""
+    if not d or not d.get("detector"):
+        return ""
+    bound = f" ({d['detection_bound_ms']:g} ms in force)" if d.get("detection_bound_ms") else ""
+    dil = d["dilated"]
+    return (f"; detection by {d['detector']}{bound}: {'dilated' if dil['detection_ms'] else 'not dilated'}; "
+            f"protocol, delivery: not dilated")
 
 
 def load_lines(results: dict) -> list[str]:

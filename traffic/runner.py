@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hpnlab import kernel, lateness, provenance, runtime as runtimes
+from hpnlab import dilation, kernel, lateness, provenance, runtime as runtimes
 from hpnlab.api import Lab, Unhealthy
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.proc import kill_pids
 from hpnlab.progress import Progress, as_progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import graywatch, grayfigures, measure, nodebytes, reorder, report, routemon, timeline, workloads
+from hpnlab.traffic import graywatch, grayfigures, measure, nodebytes, reorder, report, routemon, slip, timeline, workloads
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
@@ -65,12 +65,16 @@ class Repetition:
         timeline); the senders report their own."""
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
+            logs = self.lab.log_files()
+            frr_from = slip.frr_offsets(logs)  # the slip guard counts FRR's warnings logged from here on
             with lateness.CpuSampler(tasks=self.lab.meter_tasks()) as cpu:
                 rep = self._run()
             if self.lab.runtime.shares_kernel:  # else this machine's CPU is not the one the lab runs on
                 cpu.save(self.dir / "cpu.json")
-            timers, events = self.lab.agent_records()
+            timers, events, gaps = self.lab.agent_records()
             (self.dir / "timers.json").write_text(json.dumps(timers))
+            (self.dir / "gaps.json").write_text(json.dumps(gaps))
+            (self.dir / "frr-warnings.json").write_text(json.dumps(slip.frr_warnings(logs, frr_from)))
             # multipath spray modes: each ToR's keeper (its reaction to routes, dlb's period and rewrites)
             keepers = {n: st["spray"] for n in self.lab.routers if self.lab.role(n) == "tor"
                        for st in [self.lab.runtime.read_status(n)] if st and st.get("spray")}
@@ -195,6 +199,10 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
     # gray faults' figures, and the prober's where the variant ran it (prober.json, hpnlab.traffic.graywatch)
     grayfigures.add_to_run(res, rep, _json_or_empty(run_dir / "prober.json"), workload,
                            plan.cfgs if plan is not None else {})
+    gaps = _json_or_empty(run_dir / "gaps.json")  # none in a run from before the slip guard
+    if gaps and plan is not None:
+        res["slip"] = slip.of_run(gaps, _json_or_empty(run_dir / "frr-warnings.json"),
+                                  (rep["t0"], rep["t0"] + rep["duration"]), plan.faults, plan.cfgs, plan.spec)
     return {**res, **({"tcp": tcp} if tcp else {}), **({"spray": keepers} if keepers else {})}
 
 
@@ -240,7 +248,8 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
             for plan in exp.plans:
                 v = results["variants"].get(plan.name)
                 if v is not None:
-                    v["faults"] = report.aggregate(v["runs"], v.get("time_dilation", 1)) if v["runs"] else []
+                    v["faults"] = fault_figures(v["runs"], plan)
+                    slip_record(v, v["runs"])
                     grayfigures.aggregate_into(v)
                     v["congestion"] = congestion_record(plan, v["runs"])
             results["provenance"].update(provenance.summarise(results["variants"]))
@@ -288,9 +297,25 @@ def variant_record(plan: Plan) -> dict:
             "access": plan.spec.access, "tier2": plan.spec.tier2,
             "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
             "time_dilation": plan.spec.time_dilation,
+            # the timers in force beside the spec's, and what runs at 1:1 whatever the factor (hpnlab.dilation)
+            "dilation": dilation.timers(plan.spec),
             "multipath": plan.spec.multipath.model_dump(), "links": plan.spec.links.model_dump(),
             "congestion": congestion_record(plan, []), "faults_planned": [f.to_dict() for f in plan.faults],
             "runs": []}
+
+
+def fault_figures(runs: list[dict], plan: Plan) -> list[dict]:
+    """Per fault over the repetitions (hpnlab.traffic.report.aggregate, read back by the variant's time
+    dilation), each with its detector and which part of its split is a dilated timer's (hpnlab.dilation)."""
+    faults = report.aggregate(runs, plan.spec.time_dilation) if runs else []
+    return dilation.annotate(faults, plan.faults, plan.cfgs, plan.spec)
+
+
+def slip_record(v: dict, runs: list[dict]) -> None:
+    """The slip guard over the variant's repetitions (hpnlab.traffic.slip), where they have its record."""
+    s = slip.aggregate(runs)
+    if s:
+        v["slip"] = s
 
 
 def congestion_record(plan: Plan, runs: list[dict], requested: str | None = None) -> dict:
@@ -345,7 +370,8 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
                 keep_logs(lab, raw / "logs")
                 progress(f"variant {plan.name}: taking lab '{plan.spec.name}' down")
                 lab.down(progress)
-    v["faults"] = report.aggregate(v["runs"], v.get("time_dilation", 1)) if v["runs"] else []
+    v["faults"] = fault_figures(v["runs"], plan)
+    slip_record(v, v["runs"])
     tcp = reorder.aggregate(v["runs"])
     if tcp:
         v["tcp"] = tcp
@@ -373,6 +399,7 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
                                     for line in workloads.get(workload_of(v)).summary_lines(name, v))])
     table = "\n".join([table, *reorder.summary_lines(results)])  # none for a run before tcpstats were read
     table = "\n".join([table, *grayfigures.summary_lines(results)])  # none without a variant with the prober
+    table = "\n".join([table, *slip.summary_lines(results)])  # none for a run before the slip guard
     (out / "summary.txt").write_text(table + "\n")
     if timeline.plot(results, out / "timeline.png") is None:  # nothing converged, or no matplotlib
         (out / "timeline.png").unlink(missing_ok=True)  # not an earlier run's picture beside these results
@@ -436,7 +463,9 @@ def reanalyse(exp: Experiment, out: Path) -> dict:
                                      f"hpnlab 0.1); remove that folder or run the experiment again")
             runs.append(collect(json.loads((run_dir / "run.json").read_text()), plan, run_dir))
         v["runs"] = runs
-        v["faults"] = report.aggregate(runs) if runs else []
+        v["faults"] = fault_figures(runs, plan)
+        v["dilation"] = dilation.timers(plan.spec)
+        slip_record(v, runs)
         tcp = reorder.aggregate(runs)
         if tcp:
             v["tcp"] = tcp
