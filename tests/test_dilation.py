@@ -72,3 +72,46 @@ def test_each_aggregated_fault_says_its_detector_and_what_is_dilated():
     assert agg[0]["dilation"]["detector"] == "bfd"
     assert agg[0]["dilation"]["detection_bound_ms"] == 300 * plan.spec.time_dilation
     assert "dilation" not in agg[1]
+
+
+def test_the_error_model_fit_recovers_the_timer_share_and_the_undilated_work():
+    """R(k) = T + W / k: a BFD-found fault (T 300 ms, W 60 ms) and a carrier-found one (T 0, W 180 ms)."""
+    from hpnlab.traffic import dilationfit
+
+    def variant(det: str, k: int, gaps: list[float]) -> dict:
+        return {"time_dilation": k, "faults": [{"dilation": {"detector": det}}],
+                "runs": [{"faults": [{"converged_gap_ms": g, "routes_last_ms": g}], "slip": {"flagged": g > 9e3}}
+                         for g in gaps]}
+
+    res = {"variants": {}}
+    for k in (1, 5, 10, 20, 40):
+        res["variants"][f"hang-x{k}"] = variant("bfd", k, [300 * k + 60 + e for e in (-4.0, 0.0, 4.0)])
+        res["variants"][f"link-down-x{k}"] = variant("carrier", k, [180.0, 180.0])
+    a = dilationfit.analyse(res)["converged_gap_ms"]
+    bfd, carrier = a["bfd"], a["carrier"]
+    assert (bfd["fit"]["timer_share_ms"], bfd["fit"]["undilated_ms"]) == (300.0, 60.0)
+    # the noise is ±4 ms on the gap, so ±4/k on the reading: rms sqrt(2/3 x 16 x mean(1/k²)) = 1.5 ms
+    assert (bfd["fit"]["residual_rms_ms"], bfd["fit"]["residual_max_ms"], bfd["fit"]["n"]) == (1.5, 4.0, 15)
+    assert bfd["by_k"]["10"]["median_ms"] == 306.0 and bfd["by_k"]["10"]["error_vs_1to1_ms"] == -54.0
+    assert bfd["by_k"]["1"]["flagged"] == 0
+    assert carrier["fit"]["timer_share_ms"] == 0.0 and carrier["fit"]["undilated_ms"] == 180.0
+    assert carrier["by_k"]["40"]["median_ms"] == 4.5 and carrier["by_k"]["40"]["error_vs_1to1_pct"] == -97.5
+    lines = dilationfit.table({"converged_gap_ms": a})
+    assert any(line.startswith("bfd: k=1 360 ms, k=5 312 ms (-48)") for line in lines), lines
+    assert dilationfit.fit([(10, 1.0), (10, 2.0)]) is None  # one k: nothing to fit
+
+
+def test_a_variant_runs_its_own_duration_and_the_faults_must_fit_it(tmp_path):
+    exp = experiment.load(ROOT / "experiments" / "time-dilation.yml")
+    by = {p.name: p for p in exp.plans}
+    assert by["hang-x1"].duration == 14 and by["hold-x40"].duration == 186
+    assert all(f.until < p.duration for p in exp.plans for f in p.faults)
+    assert runner.variant_record(by["hold-x40"])["duration"] == 186
+    assert {p.duration for p in experiment.load(ROOT / "experiments" / "time-dilation.yml", duration=200).plans} == {200}
+    bad = tmp_path / "x.yml"
+    bad.write_text("name: x\nspec: " + str(ROOT / "examples" / "default.yml") + "\nduration: 20\nvariants:\n"
+                   "  - {name: a, duration: 8, faults: [{kind: link-down, node: s0h0, iface: r0p0, at: 2, until: 9}]}\n")
+    import pytest
+    from hpnlab.errors import SpecError
+    with pytest.raises(SpecError, match=r"variants.0 \(a\) faults.0: at/until must lie within duration \(8 s\)"):
+        experiment.load(bad)

@@ -62,6 +62,9 @@ class Variant(_Strict):
     probes: list[Probe] | None = Field(None, description="instead of the file's probes")
     workload: Workload | None = Field(None, description="instead of the file's workload")
     faults: list[dict[str, Any]] | None = Field(None, description="instead of the file's faults")
+    duration: float | None = Field(None, ge=2, le=600, description=(
+        "seconds of traffic per repetition, instead of the file's (a variant whose timers are dilated needs "
+        "a longer window); --duration overrides both"))
     prober: dict[str, Any] | None = Field(None, description=(
         "run the black-box prober (hpnlab.traffic.prober) through every repetition, with these settings ({} for "
         "its defaults: rate, window_s, min_lost, ...); per fault: when it suspected and confirmed a link, and "
@@ -101,6 +104,7 @@ class Plan:
         self.flows: list[dict] = []  # elephant workload: this repetition's flows (from the path map)
         self.sports: dict[tuple[int, str], list[int]] = {}  # all-reduce placement disjoint: (rail, host) -> bound ports
         self.source: Path | None = None  # the experiment file (a command workload's {here} is its folder)
+        self.duration: float = 10.0  # seconds of traffic per repetition (the variant's, else the file's)
 
     def host_ip(self, host: str, rail: int) -> str:
         return self.cfgs[host].nic(rail).ip
@@ -210,9 +214,10 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         workloads.get(workload.kind).check(workload, spec, cfgs, where)
         raw = v.faults if v.faults is not None else doc.faults
         fl = [faultmod.parse(d, f"{where} faults.{j}", cfgs) for j, d in enumerate(raw)]
+        dur = duration if duration is not None else (v.duration or doc.duration)
         for j, f in enumerate(fl):
-            if f.at >= doc.duration or (f.until or 0) > doc.duration:
-                raise SpecError(f"{where} faults.{j}: at/until must lie within duration ({doc.duration:g} s)")
+            if f.at >= dur or (f.until or 0) > dur:
+                raise SpecError(f"{where} faults.{j}: at/until must lie within duration ({dur:g} s)")
         order = sorted(range(len(fl)), key=lambda j: fl[j].at)
         for a, b in zip(order, order[1:]):  # each fault's effects are judged until the next one starts
             fa, fb = fl[a], fl[b]
@@ -221,9 +226,10 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
             if fa.until is None or fb.at < fa.until + SETTLE:
                 raise SpecError(f"{where} faults.{b}: starts at {fb.at:g} s, within faults.{a}'s window "
                                 f"(until {'the end' if fa.until is None else f'{fa.until:g} s'} + {SETTLE:g} s "
-                                f"after its repair); give it at >= {(fa.until or doc.duration) + SETTLE:g} so loss "
+                                f"after its repair); give it at >= {(fa.until or dur) + SETTLE:g} so loss "
                                 f"is attributed to the right fault")
         check_gray(v, where)
         plans.append(Plan(v.name, v.description, spec, v.spec, cfgs, probes, workload, fl, v.prober, v.isolation))
         plans[-1].source = p
+        plans[-1].duration = dur
     return Experiment(p, doc, plans)

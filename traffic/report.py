@@ -260,8 +260,10 @@ SHORT = {"longest_gap_ms": "gap", "converged_gap_ms": "converged", "routes_last_
 
 
 def summary_table(results: dict) -> str:
+    durs = sorted({v["duration"] for v in results["variants"].values() if v.get("duration")})
+    each = f"{durs[0]:g}-{durs[-1]:g} s (each variant's)" if len(durs) > 1 else f"{results['duration']:g} s"
     lines = [f"experiment {results['experiment']}: {results['repetitions']} repetition(s) x "
-             f"{results['duration']:g} s; each figure is min/median/max over the n repetitions (one figure "
+             f"{each}; each figure is min/median/max over the n repetitions (one figure "
              f"where n is 1); docs/results.md defines every column"]
     hdr = [c for c, _key in COLUMNS]
     rows: list[list[str]] = []

@@ -23,7 +23,8 @@ from hpnlab.proc import kill_pids
 from hpnlab.progress import Progress, as_progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import graywatch, grayfigures, measure, nodebytes, reorder, report, routemon, slip, timeline, workloads
+from hpnlab.traffic import (graywatch, grayfigures, measure, nodebytes, reorder, report, routemon, slip, timeline,
+                            workloads)
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
@@ -234,7 +235,8 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
     doc = exp.doc
     up_timeout = doc.up_timeout if up_timeout is None else up_timeout
     results: dict = {"experiment": doc.name, "description": doc.description, "file": str(exp.path),
-                     "runtime": runtime, "repetitions": doc.repetitions, "duration": doc.duration,
+                     "runtime": runtime, "repetitions": doc.repetitions,
+                     "duration": max((p.duration for p in exp.plans), default=doc.duration),  # the longest variant's
                      "started": time.time(), "provenance": provenance.collect(), "variants": {}}
     try:
         for vi, plan in enumerate(exp.plans):
@@ -296,7 +298,7 @@ def variant_record(plan: Plan) -> dict:
             "workload": plan.workload.kind, "select": getattr(plan.workload, "select", None), "hash": plan.spec.hash.model_dump(),
             "access": plan.spec.access, "tier2": plan.spec.tier2,
             "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
-            "time_dilation": plan.spec.time_dilation,
+            "duration": plan.duration, "time_dilation": plan.spec.time_dilation,
             # the timers in force beside the spec's, and what runs at 1:1 whatever the factor (hpnlab.dilation)
             "dilation": dilation.timers(plan.spec),
             "multipath": plan.spec.multipath.model_dump(), "links": plan.spec.links.model_dump(),
@@ -355,9 +357,9 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
                         raise RuntimeFailure(f"lab did not recover before repetition {k + 1}: {e}") from None
                 run_dir = raw / f"rep{k + 1}"
                 kind.prepare_repetition(plan, raw, run_dir, k)
-                progress(f"{label}: running {doc.duration:g} s, faults: "
+                progress(f"{label}: running {plan.duration:g} s, faults: "
                          f"{', '.join(f'{f.label} @{f.at:g}s' for f in plan.faults) or 'none'}")
-                rep = Repetition(lab, plan, run_dir, doc.duration, progress, label, watch).run()
+                rep = Repetition(lab, plan, run_dir, plan.duration, progress, label, watch).run()
                 (run_dir / "run.json").write_text(json.dumps(rep))  # timeline, for re-analysis of raw/
                 v["runs"].append(collect(rep, plan, run_dir))
         except RuntimeFailure as e:

@@ -6,7 +6,8 @@ Two witnesses per repetition:
   run, not a percentile, judged against the detection time in force (BFD's and micro-BFD's interval x
   multiplier, LACP's timeout: dilated). Streams a planned fault touches (its node's, its link's, and those to
   a node it stops or powers off) are the fault's silence and are left out;
-- FRR's own warnings that a daemon ran late, counted from its logs (FRR 8.4's lib/thread.c: "Thread
+- FRR's own warnings that a daemon ran late, counted from its logs, less those of a node a fault stops
+  (its timers pop late when it resumes) (FRR 8.4's lib/thread.c: "Thread
   Starvation: ... was scheduled to pop greater than 4s ago", a timer that fired over 4 s late; "STARVATION:
   task ... ran for" and "CPU HOG: task ... ran for", a task past the 5 s wall-time or CPU-time threshold).
 
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 from hpnlab import dilation
+from hpnlab.traffic import faults as faultkinds
 from hpnlab.traffic import measure
 
 # FRR 8.4's warnings of a daemon running late (lib/thread.c), matched after the log line's timestamp
@@ -137,7 +139,10 @@ def of_run(gaps: dict[str, dict], warnings: dict[str, list], window: tuple[float
                          # none at or above the threshold: every interval was shorter than it
                          "below_ms": threshold if longest is None else None,
                          "slipped": bool(bound is not None and longest is not None and longest >= bound)}
-    late = [[name, t, w] for name, hits in warnings.items() for t, w in hits if t is None or start <= t <= end]
+    # a node a fault stops (hang): its daemons' timers pop late when it resumes, the fault's doing
+    frozen = {f.node for f in faults if f.kind in faultkinds.REGISTRY and faultkinds.get(f.kind).freezes_node}
+    late = [[name, t, w] for name, hits in warnings.items() if name.rsplit(".", 2)[0] not in frozen
+            for t, w in hits if t is None or start <= t <= end]
     timers_late = sum(1 for _n, _t, w in late if w.startswith("Thread Starvation"))
     frr_bound = bounds["bfd"] if bounds["bfd"] is not None else spec.dilated().bgp.hold * 1000.0
     out["frr"] = {"warnings": len(late), "timers_4s_late": timers_late, "first": late[:5],

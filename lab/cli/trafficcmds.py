@@ -49,8 +49,10 @@ def run_cmd(args) -> int:
     else:
         runner.refuse_on_this_kernel(exp, args.runtime)  # one line, before anything is printed or created
         bar = Progress(quiet=args.json)
+        durs = sorted({p.duration for p in exp.plans}) or [exp.doc.duration]
+        each = f"{durs[0]:g}" if len(durs) == 1 else f"{durs[0]:g}-{durs[-1]:g}"
         bar.phase(f"experiment {exp.name}: {len(exp.plans)} variant(s) x {exp.doc.repetitions} repetition(s) x "
-                  f"{exp.doc.duration:g} s -> {out}")
+                  f"{each} s -> {out}")
         results = runner.run_experiment(exp, out, args.runtime, bar)
     png, table = runner.write_results(results, out)
     cmp = None
@@ -284,7 +286,7 @@ def add_parsers(sub) -> None:
     r.add_argument("experiment", help="experiment YAML (or the name of one in experiments/)")
     r.add_argument("--out", "-o", required=True, help="output directory")
     r.add_argument("--repetitions", "-n", type=int, help="override the file's repetitions")
-    r.add_argument("--duration", type=float, help="override the file's duration (seconds)")
+    r.add_argument("--duration", type=float, help="override the file's and every variant's duration (seconds)")
     r.add_argument("--variants", help="comma-separated subset of variants to run")
     r.add_argument("--runtime", default="netns", choices=runtimes.names(),
                    help="where each variant's lab runs (as for 'hpnlab up')")
