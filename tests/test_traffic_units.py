@@ -169,6 +169,27 @@ def test_bad_experiments_fail_with_one_line(tmp_path, text, msg):
     assert msg in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("given,example", [("default", "default"), ("default.yml", "default"),
+                                           ("examples/default.yml", "default"), ("clos", "clos")])
+def test_spec_names_an_example_from_a_folder_outside_the_checkout(tmp_path, monkeypatch, given, example):
+    assert REPO not in tmp_path.parents
+    monkeypatch.chdir(tmp_path)
+    exp = experiment.load(_write(tmp_path, f"name: x\nspec: {given}\n"))
+    want = experiment.parse_spec(experiment.read_yaml(experiment.EXAMPLES / f"{example}.yml", "x") | {"name": "xp0"})
+    assert exp.plans[0].spec == want
+
+
+def test_spec_left_out_is_the_default_example_and_an_unknown_name_lists_the_examples(tmp_path):
+    assert experiment.base_spec(tmp_path / "x.yml", None) == experiment.EXAMPLES / "default.yml"
+    with pytest.raises(SpecError) as e:
+        experiment.load(_write(tmp_path, "name: x\nspec: defualt\n"))
+    msg = str(e.value)
+    assert "experiment field 'spec': 'defualt' not found" in msg and "\n" not in msg
+    assert all(n in msg for n in ("default", "clos", "segment")), msg
+    (tmp_path / "mine.yml").write_text("tier2: clos\n")  # a file beside the experiment wins over an example
+    assert experiment.load(_write(tmp_path, "name: x\nspec: mine.yml\n")).plans[0].spec.tier2 == "clos"
+
+
 def test_run_with_bad_experiment_exits_2_without_traceback_or_root(tmp_path):
     p = _write(tmp_path, "name: x\nfaults: [{kind: meteor, node: s0h0}]\n")
     r = subprocess.run([sys.executable, "-m", "hpnlab.cli", "run", str(p), "--out", str(tmp_path / "o")],

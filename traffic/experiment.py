@@ -80,7 +80,9 @@ class ExperimentFile(_Strict):
 
     name: str = Field(description="the experiment's name")
     description: str = Field("", description="one line for the summary")
-    spec: str | None = Field(None, description="the base lab spec: a path relative to this file, or an example's name")
+    spec: str | None = Field(None, description=(
+        "the base lab spec: a path relative to this file, or an example's name from any folder (default, "
+        "clos.yml, examples/segment.yml: a file in examples/); left out: examples/default.yml"))
     duration: float = Field(10.0, ge=2, le=600, description="seconds of traffic per repetition")
     repetitions: int = Field(1, ge=1, le=50, description="repetitions per variant (figures are median/max over them)")
     up_timeout: float = Field(120.0, ge=10, le=3600, description=(
@@ -154,6 +156,26 @@ def find(name: str | Path) -> Path:
     return path
 
 
+def examples() -> list[str]:
+    """The names of the shipped example specs (default, clos, ...)."""
+    return sorted(q.stem for q in EXAMPLES.glob("*.yml"))
+
+
+def base_spec(path: Path, spec: str | None) -> Path:
+    """An experiment file's base spec: left out, the default example; else a path relative to the file, else an
+    example's name (``default``, ``default.yml``, ``examples/default.yml``) wherever the file is."""
+    if not spec:
+        return EXAMPLES / "default.yml"
+    given = path.parent / spec
+    if given.is_file():
+        return given
+    stem = Path(spec).name.removesuffix(".yml").removesuffix(".yaml")
+    if stem in examples() and Path(spec).parent.name in ("", "examples"):
+        return EXAMPLES / f"{stem}.yml"
+    raise SpecError(f"{path}: experiment field 'spec': '{spec[:120]}' not found: not a file relative to "
+                    f"{path.parent}, nor an example ({', '.join(examples())}); left out, it is default")
+
+
 def load(path: str | Path, only: list[str] | None = None, repetitions: int | None = None,
          duration: float | None = None) -> Experiment:
     p = Path(path)
@@ -188,9 +210,7 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
         unknown = [v for v in only if v not in names]
         if unknown:
             raise SpecError(f"--variants: '{unknown[0]}' is not in {p.name}; it has {', '.join(names)}")
-    base_path = (p.parent / doc.spec) if doc.spec else EXAMPLES / "default.yml"
-    if not base_path.exists():
-        raise SpecError(f"{p}: experiment field 'spec': '{doc.spec}' not found (relative to {p.parent})")
+    base_path = base_spec(p, doc.spec)
     base = read_yaml(base_path, f"{p.name}: experiment field 'spec':")
     if base is not None and not isinstance(base, dict):
         raise SpecError(f"{p}: experiment field 'spec': '{base_path}' is not a lab spec (a mapping of keys)")
