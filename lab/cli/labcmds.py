@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from hpnlab import frr, runtime as runtimes, verify
+from hpnlab import addresses, frr, runtime as runtimes, verify
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.models import NodeConfig
 from hpnlab.orchestrate import adopt, bring_up, need_root, open_lab, resolve_lab, tear_down, wait_healthy
@@ -131,7 +131,11 @@ def status(args) -> int:
     containers = rt.inspect()  # the container engine's own view of the nodes, where there is one
     rows = []
     for n, c in cfgs.items():
-        row: dict = {"node": n, "role": c.role, "netns": rt.netns(n)}
+        row: dict = {"node": n, "role": c.role, "netns": rt.netns(n), "addresses": addresses.cell(c)}
+        if c.role == "host":
+            row["nics"] = addresses.host_addresses(c)
+        elif c.role == "tor" and c.subnet:
+            row["subnet"], row["gateway"] = c.subnet, c.gateway
         oks = []
         if containers is not None:
             row["container"] = containers.get(n, {}).get("state", "missing")
@@ -164,19 +168,26 @@ def status(args) -> int:
         rows.append(row)
     healthy = all(r["ok"] for r in rows)
     if args.json:
-        json.dump({"lab": lab, "running": True, "runtime": rt.name, "healthy": healthy, "nodes": rows},
+        json.dump({"lab": lab, "running": True, "runtime": rt.name, "healthy": healthy, "nodes": rows,
+                   "subnets": addresses.subnets(cfgs)},
                   sys.stdout, indent=1)
         print()
         return 0 if healthy else 1
     cols = ["node", "role"] + (["container"] if containers is not None else []) + \
-        ["frr", "bgp", "agent", "lacp", "host_routes", "late"] + (["fare"] if any("fare" in r for r in rows) else [])
+        ["frr", "bgp", "agent", "lacp", "host_routes", "late"] + (["fare"] if any("fare" in r for r in rows) else []) + \
+        ["addresses"]
     for r in rows:
         r["role"] = r["role"] if r["ok"] else f"{r['role']} !"
     widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in cols}
     print(f"lab '{lab}' ({rt.name} runtime)")
     print("  ".join(f"{k:<{widths[k]}}" for k in cols))
     for r in rows:
-        print("  ".join(f"{str(r.get(k, '')):<{widths[k]}}" for k in cols))
+        print("  ".join(f"{str(r.get(k, '')):<{widths[k]}}" for k in cols).rstrip())
+    print("subnets (one per dual-ToR set; a host's address on a rail is in its set's subnet):")
+    for s in addresses.subnets(cfgs):
+        where = f"segment {s['segment']} rail {s['rail']}" if s["segment"] is not None else f"rail {s['rail']}"
+        print(f"  {where}: {s['subnet']} gateway {s['gateway']} (ToRs {', '.join(s['tors']) or '-'}; "
+              f"{len(s['hosts'])} host(s))")
     return 0 if healthy else 1
 
 
