@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,10 +115,18 @@ def test_host_route_follows_arp_and_link(lab):
 
 
 def test_status_and_exec(lab):
-    r = hpnlab("status", "--json")
+    r = hpnlab("status", "--json", "--lab", lab)
     st = json.loads(r.stdout)
     assert st["healthy"] and len(st["nodes"]) == 16
-    r = hpnlab("exec", "s0r0a", "--", "vtysh", "-c", "show bgp summary json")
+    s1h0 = next(n for n in st["nodes"] if n["node"] == "s1h0")
+    assert [(a["rail"], a["ip"]) for a in s1h0["nics"]] == [(0, "10.0.2.2"), (1, "10.0.3.2")]
+    assert [s["subnet"] for s in st["subnets"]] == ["10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"]
+    for n in st["nodes"]:  # the address status shows is the one the host's port holds
+        for a in n.get("nics", []):
+            assert f" {a['ip']}/" in nsexec(lab, n["node"], "ip", "-br", "addr").stdout, (n["node"], a)
+    table = hpnlab("status", "--lab", lab).stdout
+    assert "r0 10.0.2.2, r1 10.0.3.2" in table and "segment 1 rail 0: 10.0.2.0/24 gateway 10.0.2.1" in table
+    r = hpnlab("exec", "--lab", lab, "s0r0a", "--", "vtysh", "-c", "show bgp summary json")
     via_vtysh = json.loads(r.stdout)["ipv4Unicast"]
     assert via_vtysh["peerCount"] == 2
     # verify asks bgpd over its vty socket (hpnlab.vty), not through a vtysh process: the same answer
@@ -127,8 +136,22 @@ def test_status_and_exec(lab):
     direct = rt.daemon_json("s0r0a", "bgpd", "show bgp summary json")["ipv4Unicast"]
     assert {p: v["state"] for p, v in direct["peers"].items()} == \
         {p: v["state"] for p, v in via_vtysh["peers"].items()} == {"agg0-0": "Established", "agg0-1": "Established"}
-    r = hpnlab("exec", "nosuch", "--", "true", check=False)
+    r = hpnlab("exec", "--lab", lab, "nosuch", "--", "true", check=False)
     assert r.returncode == 2 and "nosuch" in r.stderr
+
+
+def test_fail_watch_shows_the_outage_with_times_and_the_lab_back(lab):
+    r = hpnlab("fail", "link-down", "s0h0", "r0p0", "--for", "3", "--watch", "--lab", lab, timeout=90)
+    clock = r"\d\d:\d\d:\d\d\.\d{3}"
+    assert re.search(rf"applied: link-down s0h0:r0p0 at {clock}", r.stderr), r.stderr
+    assert re.search(rf"reverted: link-down s0h0:r0p0 at {clock}, 3\.\d\d s after applied", r.stderr), r.stderr
+    lines = r.stdout.splitlines()
+    polls = [ln for ln in lines if re.match(rf"{clock} \+ *\d+\.\d s  ", ln)]
+    assert len(polls) >= 3, r.stdout
+    # s0h0's port to s0r0a went down: that ToR lost the host's LACP member and its /32, and got them back
+    assert any("s0r0a" in ln and "-> 1/2 ports C/D" in ln for ln in polls), r.stdout
+    assert any("host routes s0r0a 2 -> 1" in ln for ln in polls), r.stdout
+    assert lines[-1].startswith("back to the state before the fault"), r.stdout
 
 
 def test_the_aggs_opened_every_tor_session_and_the_tors_advertise_again(lab):

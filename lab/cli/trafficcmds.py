@@ -13,7 +13,10 @@ from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import need_root, open_lab, resolve_lab
 from hpnlab.progress import Progress
 from hpnlab.signals import shielded
-from hpnlab.traffic import compare, experiment, faults, impair, nodetools, runner
+from hpnlab.traffic import compare, experiment, faults, faultwatch, impair, nodetools, runner
+
+
+HEAL_WATCH_S = 30.0  # fail --watch: how long after the revert it waits for the lab's state from before the fault
 
 
 def _lab(args):
@@ -162,12 +165,36 @@ def _fault_params(items: list[str]) -> dict[str, float]:
     return out
 
 
+def _clock(t: float) -> str:
+    """Wall-clock time with milliseconds: 10:42:07.318."""
+    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
+
+
+def _watch_until(watch, t_applied: float, deadline: float, stop_when_healed: bool = False) -> None:
+    """Once a second until ``deadline`` (time.monotonic), print what changed since the last poll."""
+    tick = time.monotonic()
+    while True:
+        tick += 1.0
+        if tick > deadline:
+            break
+        time.sleep(max(0.0, tick - time.monotonic()))
+        lines = watch.poll()
+        stamp = f"{_clock(time.time())} +{time.time() - t_applied:5.1f} s"
+        for ln in lines or ["no change"]:
+            print(f"{stamp}  {ln}", flush=True)
+        if stop_when_healed and watch.healed():
+            return
+
+
 def fail_cmd(args) -> int:
     if args.list:
+        width = max(map(len, faults.KINDS)) + 2
         for k, v in faults.KINDS.items():
-            print(f"{k:<13} {v}")
+            print(f"{k:<{width}}{v}")
         return 0
     params = _fault_params(args.param or [])  # before the lab: a typo fails without one
+    if args.watch and args.clear:
+        raise SpecError("fail --watch: watches a fault it applies; not with --clear")
     rt, cfgs = _lab(args)
     if args.clear:
         n = faults.revert_state(rt, cfgs)
@@ -182,21 +209,39 @@ def fail_cmd(args) -> int:
     inj = faults.Injector(rt, cfgs)
     if args.hold is None:
         args.hold = faults.get(f.kind).duration(f)  # a fault that ends by itself is held until it has
+    if args.watch and args.hold is None:
+        raise SpecError("fail --watch: give --for SECONDS (the watch runs while the fault is on and until the lab "
+                        "is back)")
+    watch = faultwatch.Watch(rt, cfgs) if args.watch else None
+    t_applied = time.time()
     try:
         inj.apply(f)
-        print(f"applied: {f.label}", file=sys.stderr)
+        t_applied, m_applied = time.time(), time.monotonic()
+        print(f"applied: {f.label} at {_clock(t_applied)}", file=sys.stderr, flush=True)
         if args.hold is None:
             inj.active.clear()  # stays recorded in state.json for --clear
             print(f"it stays until 'hpnlab fail --clear --lab {rt.lab}' (or hpnlab down)", file=sys.stderr)
             return 0
-        deadline = time.monotonic() + args.hold
+        deadline = m_applied + args.hold
+        if watch is not None:
+            _watch_until(watch, t_applied, deadline)
         while time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         if inj.active:
             with shielded("reverting the fault"):
                 inj.revert_all()
-                print(f"reverted: {f.label}", file=sys.stderr)
+                t = time.time()
+                print(f"reverted: {f.label} at {_clock(t)}, {t - t_applied:.2f} s after applied", file=sys.stderr,
+                      flush=True)
+    if watch is not None:
+        m_reverted = time.monotonic()
+        _watch_until(watch, t_applied, m_reverted + HEAL_WATCH_S, stop_when_healed=True)
+        if watch.healed():
+            print(f"back to the state before the fault {time.monotonic() - m_reverted:.1f} s after the revert "
+                  f"(to within a poll, 1 s)")
+        else:
+            print(f"not back {HEAL_WATCH_S:g} s after the revert: " + "; ".join(watch.left()))
     return 0
 
 
@@ -343,6 +388,10 @@ def add_parsers(sub) -> None:
     f.add_argument("--fraction", type=float, help="degrade: the share of the link's capacity left (default 0.5)")
     f.add_argument("--param", metavar="KEY=NUMBER", action="append",
                    help="a kind's own parameter, repeatable, e.g. silent-loss --param rate=1 --param both=1")
+    f.add_argument("--watch", action="store_true",
+                   help="with --for: print once a second what changed (BGP sessions per router, LACP members and "
+                        "host routes per ToR and host, agents without a heartbeat), during the fault and after it "
+                        "until the lab is back as before (at most 30 s)")
     f.add_argument("--clear", action="store_true", help="revert every fault recorded for the lab")
     f.add_argument("--list", action="store_true", help="list fault kinds")
     f.add_argument("--lab", help="lab name (default: the only running lab)")
