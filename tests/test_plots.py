@@ -4,6 +4,7 @@ as a flat 0 line), the repetition shown is named, bins are labelled, and an infi
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -85,3 +86,11 @@ def test_timeline_plot_of_a_critical_path_past_the_kept_events(monkeypatch, tmp_
     res = {"experiment": "x", "variants": {"single-tor": {"runs": [{"faults": [{"timeline": tl}]}]}}}
     fig = _figure(monkeypatch, timeline.plot, res, tmp_path)
     assert "critical path" not in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_without_matplotlib_run_names_the_extra_that_installs_it(monkeypatch):
+    from hpnlab.traffic import runner
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    why = runner.no_plot_reason()
+    assert "pip install 'hpnlab[plot]'" in why and "./bootstrap install" in why and "--reanalyse" in why

@@ -427,7 +427,9 @@ def no_plot_reason() -> str:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return "matplotlib is not installed (pip install matplotlib)"
+        # matplotlib and numpy are ~170 MB installed, three times the rest of hpnlab's dependencies: an extra
+        return ("matplotlib is not installed; pip install 'hpnlab[plot]' (in a checkout: ./bootstrap install), "
+                "then add --reanalyse to this command to draw this run's plots")
     return "no variant has a finished repetition to draw"
 
 
