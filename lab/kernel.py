@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from hpnlab import netdefaults
+from hpnlab import neightable, netdefaults
 from hpnlab.errors import HpnlabError
 from hpnlab.node.plan import OPTIONAL_SYSCTLS
 from hpnlab.spec import SPRAY_MODES
@@ -207,16 +207,24 @@ class Assessment:
     release: str
     lacks: list[str] = field(default_factory=list)  # feature keys the kernel lacks
     skip_sysctls: list[str] = field(default_factory=list)  # plan sysctls left out on this kernel
-    notes: list[str] = field(default_factory=list)  # degradations the lab runs with, one line each
+    notes: list[str] = field(default_factory=list)  # degradations the lab runs with, one short line each (up)
+    details: list[str] = field(default_factory=list)  # the same notes in full, one each (hpnlab doctor)
     refusal: str | None = None  # why the lab cannot run on this kernel (first reason)
+
+    def note(self, short: str, full: str) -> None:
+        self.notes.append(short)
+        self.details.append(full)
 
 
 def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None,
-           shared: dict[str, str] | None = None) -> Assessment:
+           shared: dict[str, str] | None = None, held: dict[str, int] | None = None) -> Assessment:
     """What a lab of ``spec`` gets on this kernel (or on one described by ``have``, for tests), and on this
-    machine's shared network sysctls (or ``shared``; a described kernel reads none)."""
+    machine's shared network sysctls (or ``shared``; a described kernel reads none); ``held``: the shared
+    values running labs set (default: read from their record)."""
     if shared is None:
         shared = netdefaults.read_shared() if have is None else {}
+    if held is None:
+        held = lab_held() if have is None else {}
     have = have if have is not None else probe_all()
     out = Assessment(release=rel or release(), lacks=sorted(k for k, ok in have.items() if not ok),
                      skip_sysctls=[k for k, feature in OPTIONAL_SYSCTLS.items() if not have.get(feature, True)])
@@ -230,10 +238,12 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None,
             refuse(f"spec field 'hash.seed': per-switch needs net.ipv4.fib_multipath_hash_seed (Linux 6.11+), "
                    f"which {on} lacks (all namespaces share one hash key); use hash.seed: shared or a newer kernel")
         else:
-            out.notes.append(f"{on} has no net.ipv4.fib_multipath_hash_seed (6.11+): every switch and host "
-                             f"hashes with the kernel's one random key, so switches hash alike as the spec says "
-                             f"but which path a flow takes differs from boot to boot (path maps and link shares "
-                             f"are not reproducible; failover figures are unaffected)")
+            out.note(f"{on} has no fib_multipath_hash_seed (6.11+): path maps are not reproducible (failover "
+                     f"figures are unaffected)",
+                     f"{on} has no net.ipv4.fib_multipath_hash_seed (6.11+): every switch and host "
+                     f"hashes with the kernel's one random key, so switches hash alike as the spec says "
+                     f"but which path a flow takes differs from boot to boot (path maps and link shares "
+                     f"are not reproducible; failover figures are unaffected)")
     if not have.get("hash-fields", True):
         refuse(f"{on} has no net.ipv4.fib_multipath_hash_fields (Linux 5.14+): switches cannot hash the 5-tuple "
                f"(spec 'hash.policy'); use a 5.14+ kernel (Debian 12: 6.1)")
@@ -242,9 +252,11 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None,
                f"which {on} lacks; use a newer kernel, or set it false (one ToR of each set then never "
                f"learns its hosts)")
     if not have.get("nft-ip6", True):
-        out.notes.append(f"{on} has no nftables ip6 family: a lab of namespaces does not hold its ToRs' Router "
-                         f"Advertisements while it starts, so some BGP sessions come up about a second later "
-                         f"(FRR 8.4's start timer); the fabric is the same")
+        out.note(f"{on} has no nftables ip6 family: ToRs' Router Advertisements are not held at start, some BGP "
+                 f"sessions come up ~1 s later (the fabric is the same)",
+                 f"{on} has no nftables ip6 family: a lab of namespaces does not hold its ToRs' Router "
+                 f"Advertisements while it starts, so some BGP sessions come up about a second later "
+                 f"(FRR 8.4's start timer); the fabric is the same")
     if not have.get("tbf", True) and any((spec.links.access, spec.links.uplink, spec.links.core)):
         refuse(f"spec field 'links' needs the tbf qdisc (sch_tbf), which {on} lacks; load it or remove 'links'")
     if spec.qos is not None and not have.get(spec.qos.scheduler, True):
@@ -264,8 +276,16 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None,
     if not have.get("bonding", True) and spec.host_driver == "bond":
         refuse(f"spec field 'host_driver': 'bond' needs kernel bonding, which {on} lacks; use 'auto' or "
                f"'userspace' (the userspace LACP host agent)")
-    out.notes += netdefaults.drift(shared)
+    for short, full in netdefaults.drift(shared, held):
+        out.note(short, full)
     return out
+
+
+def lab_held() -> dict[str, int]:
+    """The machine-wide sysctls running labs raised, as they set them (their record; empty when none)."""
+    from hpnlab.runtime.base import NEIGH_RECORD
+
+    return neightable.held(NEIGH_RECORD)
 
 
 CONGESTION_AVAILABLE = "net/ipv4/tcp_available_congestion_control"

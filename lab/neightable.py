@@ -134,6 +134,14 @@ def release(record: Path, holder: str, alive: Callable[[str], bool], root: Path 
         return done
 
 
+def held(record: Path, root: Path = PROC) -> dict[str, int]:
+    """The machine-wide sysctls running labs raised and that still hold the value a lab set, by their sysctl
+    names ({'net.core.netdev_max_backlog': 1920}); empty without a record."""
+    saved, holders = _load(record)
+    return {"net." + key.replace("/", "."): set_ for key, (_found, set_) in saved.items()
+            if holders and read(key, root) == set_}
+
+
 def _save(record: Path, saved: dict[str, list[int]], holders: list[str]) -> None:
     tmp = record.with_name(record.name + ".tmp")
     tmp.write_text(json.dumps({"limits": saved, "holders": holders}))

@@ -9,8 +9,11 @@ therefore set both themselves (``HOST_TCP_BUFFERS``, part of every host's sysctl
 
 Some keys are not per namespace: ``net.core.netdev_max_backlog`` (the per-CPU queue every veth's packets
 pass through, ``netif_rx``) and ``net.core.rmem_max``/``wmem_max`` (the cap on a socket's SO_RCVBUF and
-SO_SNDBUF) are the machine's. A lab must not change what it did not create, so it reads them, records
-them in every results file's provenance, and says at ``up`` when they are not the kernel's defaults.
+SO_SNDBUF) are the machine's. A lab leaves the socket caps alone; it raises the backlog to what its links
+need while it runs (never lowers it; the last lab to go puts it back: hpnlab.neightable). It reads all
+three, records them in every results file's provenance, and says at ``up``, in one short line each (in full:
+``hpnlab doctor``), when they are not the kernel's defaults and whether running labs or the machine's owner
+set them.
 Pure apart from ``read_shared``, which reads /proc/sys.
 """
 
@@ -53,19 +56,41 @@ def read_shared(keys: list[str] | None = None, proc_sys: Path = PROC_SYS) -> dic
     return out
 
 
-def drift(values: dict[str, str]) -> list[str]:
-    """One note per machine-wide key whose value is not the kernel's default (the TCP buffer bounds are left
-    out: hosts set their own)."""
+def drift(values: dict[str, str], held: dict[str, int] | None = None) -> list[tuple[str, str]]:
+    """(short, full) notes on the machine-wide keys whose value is not the kernel's default (the TCP buffer
+    bounds are left out: hosts set their own). ``held``: values running labs set (hpnlab.neightable raises
+    the backlog for their links): such a value is said to be theirs, not the machine owner's."""
+    held = held or {}
     notes = []
-    for k, default in SHARED_DEFAULTS.items():
-        have = values.get(k)
-        if have is None or have == "unknown" or normalise(have) == default:
-            continue
-        what = ("the per-CPU backlog every veth's packets are queued on before the receiving namespace takes "
-                "them; a burst is dropped there later, or sooner, than on an untuned machine"
-                if k == "net.core.netdev_max_backlog" else
-                "the cap on a socket's requested buffer; the lab's own sockets force theirs, a user's may not")
-        notes.append(f"this machine's {k} is {have}, not the kernel's default {default}; it is shared by every "
-                     f"namespace and a lab does not change it: {what} (recorded in results' provenance; "
-                     f"'sysctl -w {k}={default}' restores it)")
+    k = "net.core.netdev_max_backlog"
+    have, default = values.get(k), SHARED_DEFAULTS[k]
+    if have not in (None, "unknown") and normalise(have) != default:
+        if held.get(k) is not None and str(held[k]) == normalise(have):
+            notes.append((f"{k} is {have}: raised by the labs running now for their links (kernel default "
+                          f"{default}; the last lab to go restores it)",
+                          f"this machine's {k} is {have}, not the kernel's default {default}: the labs running now "
+                          f"raised it to 10 packets per link of the largest of them (a lab raises it, never lowers "
+                          f"it, and the last lab to go puts the value it found back); it is shared by every "
+                          f"namespace: the per-CPU backlog every veth's packets are queued on (recorded in "
+                          f"results' provenance)"))
+        else:
+            notes.append((f"{k} is {have}, not the kernel's {default} (set outside hpnlab; a lab raises it to 10 "
+                          f"per link when that is more, never lowers it)",
+                          f"this machine's {k} is {have}, not the kernel's default {default}, and no running lab "
+                          f"set it: it is shared by every namespace, the per-CPU backlog every veth's packets are "
+                          f"queued on before the receiving namespace takes them; a burst is dropped there later, "
+                          f"or sooner, than on an untuned machine. A lab raises it to 10 packets per link when that "
+                          f"is more (hpnlab.neightable), never lowers it (recorded in results' provenance; "
+                          f"'sysctl -w {k}={default}' restores the default)"))
+    caps = [(c, values.get(c)) for c in ("net.core.rmem_max", "net.core.wmem_max")]
+    caps = [(c, v) for c, v in caps if v not in (None, "unknown") and normalise(v) != SHARED_DEFAULTS[c]]
+    if caps:
+        names = " and ".join(f"{c} {v}" for c, v in caps)
+        default = SHARED_DEFAULTS["net.core.rmem_max"]
+        notes.append((f"{names}, not the kernel's {default}: a user's socket may get bigger buffers (the lab's "
+                      f"own sockets set theirs)",
+                      f"this machine's {names} (the kernel's default: {default}) are shared by every namespace "
+                      f"and a lab does not change them: the cap on a socket's requested buffer; the lab's own "
+                      f"sockets force theirs, a user's may not (recorded in results' provenance; "
+                      + ", ".join(f"'sysctl -w {c}={default}'" for c, _ in caps) + " restores the default)"))
     return notes

@@ -150,6 +150,17 @@ def wait_healthy(rt: Runtime, cfgs: dict[str, NodeConfig], timeout: float, progr
         memo.close()
 
 
+def say_once(progress, line: str) -> None:
+    """A line a Progress prints once however many labs it brings up (a run's variants); any other
+    callable gets it every time."""
+    said = getattr(progress, "said", None)
+    if said is None:
+        progress(line)
+    elif line not in said:
+        said.add(line)
+        progress(line)
+
+
 def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress=None,
              keep: bool = False) -> tuple[Runtime, dict[str, NodeConfig], list[dict]]:
     """Render, deploy and wait until healthy; roll everything back on error, Ctrl-C or (unless keep)
@@ -168,7 +179,7 @@ def bring_up(spec: Spec, runtime: str = "netns", timeout: float = 90.0, progress
         if found.refusal:
             raise kernel.KernelError(found.refusal)
         for note in found.notes:
-            progress(f"note: {note}")
+            say_once(progress, f"note: {note} (in full: hpnlab doctor)")
         data.kernel, data.kernel_notes, data.skip_sysctls = found.release, found.notes, found.skip_sysctls
     topo = topology.build(spec)
     rt = cls(lab, State(lab, data))

@@ -19,6 +19,7 @@ class Progress:
         self.quiet = quiet
         self.tty = sys.stderr.isatty() and not quiet
         self._bar = ""  # the bar line on screen, if any
+        self.said: set[str] = set()  # lines printed once per Progress (hpnlab.orchestrate.say_once)
 
     @property
     def elapsed(self) -> float:

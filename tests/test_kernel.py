@@ -223,17 +223,60 @@ def test_without_the_hold_open_fabric_neither_removes_nor_claims_to_release_anyt
 
 
 def test_shared_sysctls_off_their_defaults_are_noted_and_read_as_one_string(tmp_path):
-    """netdev_max_backlog and the socket buffer caps are the machine's, not a namespace's: a lab cannot set
-    them, so ``up`` says when they are not the kernel's defaults (Mininet raises all three)."""
+    """netdev_max_backlog and the socket buffer caps are the machine's, not a namespace's, so ``up`` says
+    when they are not the kernel's defaults (Mininet raises all three), in one short line each."""
     from hpnlab import netdefaults
 
     assert kernel.assess(spec(), EVERYTHING, "6.18", shared=dict(netdefaults.SHARED_DEFAULTS)).notes == []
     raised = {**netdefaults.SHARED_DEFAULTS, "net.core.netdev_max_backlog": "5000", "net.core.rmem_max": "16777216",
               "net.ipv4.tcp_rmem": "10240 87380 16777216"}  # hosts set their own: no note for it
-    notes = kernel.assess(spec(), EVERYTHING, "6.18", shared=raised).notes
-    assert len(notes) == 2 and "netdev_max_backlog is 5000" in notes[0] and "default 1000" in notes[0]
-    assert "rmem_max is 16777216" in notes[1]
+    found = kernel.assess(spec(), EVERYTHING, "6.18", shared=raised)
+    notes = found.notes
+    assert len(notes) == 2 and "netdev_max_backlog is 5000" in notes[0] and "kernel's 1000" in notes[0]
+    assert "set outside hpnlab" in notes[0] and "rmem_max 16777216" in notes[1]
+    assert len(found.details) == 2 and "'sysctl -w net.core.rmem_max=212992'" in found.details[1]
+    assert all(len(n) <= 160 for n in notes), notes
     (tmp_path / "net" / "ipv4").mkdir(parents=True)
     (tmp_path / "net" / "ipv4" / "tcp_rmem").write_text("4096\t131072\t6291456\n")
     assert netdefaults.read_shared(["net.ipv4.tcp_rmem", "net.core.rmem_max"], tmp_path) == {
         "net.ipv4.tcp_rmem": "4096 131072 6291456", "net.core.rmem_max": "unknown"}
+
+
+def test_a_backlog_running_labs_raised_is_said_to_be_theirs_and_no_note_says_a_lab_leaves_it(tmp_path):
+    """A lab raises net.core.netdev_max_backlog for its links (hpnlab.neightable): a note that a lab does not
+    change it would contradict the 'raised ... the input backlog' line of the same up."""
+    from hpnlab import neightable, netdefaults
+
+    proc = tmp_path / "proc"
+    (proc / "core").mkdir(parents=True)
+    (proc / "core" / "netdev_max_backlog").write_text("1000\n")
+    record = tmp_path / "run" / ".neigh-limits.json"
+    assert neightable.held(record, proc) == {}
+    assert neightable.raise_to({neightable.BACKLOG: 1920}, record, "/run/hpnlab/seg", proc) == {neightable.BACKLOG: 1920}
+    held = neightable.held(record, proc)
+    assert held == {"net.core.netdev_max_backlog": 1920}
+    shared = {**netdefaults.SHARED_DEFAULTS, "net.core.netdev_max_backlog": "1920"}
+    found = kernel.assess(spec(), EVERYTHING, "6.18", shared=shared, held=held)
+    assert len(found.notes) == 1 and "raised by the labs running now" in found.notes[0], found.notes
+    for by in (held, {}):  # theirs, or the machine owner's: no note says a lab leaves the backlog alone
+        f = kernel.assess(spec(), EVERYTHING, "6.18", shared=shared, held=by)
+        assert not any("does not change" in n or "not change it" in n for n in f.notes + f.details), f.details
+    assert neightable.release(record, "/run/hpnlab/seg", lambda h: False, proc) == [neightable.BACKLOG]
+    assert neightable.held(record, proc) == {}
+
+
+def test_a_runs_labs_print_each_machine_note_once():
+    from hpnlab.orchestrate import say_once
+    from hpnlab.progress import Progress
+
+    lines: list[str] = []
+
+    class Recorded(Progress):
+        def __call__(self, msg: str) -> None:
+            lines.append(msg)
+
+    p = Recorded(quiet=True)
+    for _variant in range(3):
+        say_once(p, "note: a")
+        say_once(p, "note: b")
+    assert lines == ["note: a", "note: b"]

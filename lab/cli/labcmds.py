@@ -61,9 +61,11 @@ def doctor(args) -> int:
     need_root("hpnlab doctor")  # the qdisc and nftables probes create them in a throw-away namespace
     have = kernel.probe_all()
     rows = kernel.report(have)
-    found = kernel.assess(spec, have)
+    from hpnlab import netdefaults
+
+    found = kernel.assess(spec, have, shared=netdefaults.read_shared(), held=kernel.lab_held())
     if args.json:
-        json.dump({"kernel": found.release, "features": rows, "lab": spec.name, "notes": found.notes,
+        json.dump({"kernel": found.release, "features": rows, "lab": spec.name, "notes": found.details,
                    "refusal": found.refusal}, sys.stdout, indent=1)
         print()
     else:
@@ -74,7 +76,7 @@ def doctor(args) -> int:
                   + ("" if r["ok"] else f"\n  {'':<{w}}           without it: {r['without']}"))
         print(f"lab '{spec.name}': " + ("cannot run here: " + found.refusal if found.refusal else
                                        "runs here" + ("" if not found.notes else ", with:")))
-        for n in found.notes:
+        for n in found.details:
             print(f"  note: {n}")
     return 2 if found.refusal else 0
 
