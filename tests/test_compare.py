@@ -286,3 +286,46 @@ def test_a_workload_that_died_where_the_baseline_lived_is_worse():
     r = row(compare.compare(base, cand), "workload.alive")
     assert r.verdict == "worse" and r.worse == "fewer" and "2 of 3 repetitions" in r.note
     assert row(compare.compare(cand, base), "workload.alive").verdict == "within"
+
+
+def _two_variants(tmp_path):
+    run = results(gap=(120.0, 125.0, 130.0), variant="bfd-on")
+    off = results(gap=(900.0, 950.0, 1000.0), variant="bfd-off")
+    off["variants"]["bfd-off"]["faults"][0]["fault"] = "hang s0r0a"  # another label at the same place
+    run["variants"].update(off["variants"])
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(run))
+    return run, tmp_path / "run"
+
+
+def test_two_variants_of_one_run_are_compared_fault_by_fault(tmp_path, capsys):
+    run, folder = _two_variants(tmp_path)
+    cmp = compare.compare(run, variants=("bfd-on", "bfd-off"))
+    gap = row(cmp, "converged_gap_ms", variant="bfd-on vs bfd-off")
+    assert gap.verdict == "worse" and gap.baseline["median"] == 125.0 and gap.candidate["median"] == 950.0
+    assert gap.key == "variants.bfd-on.faults.0.converged_gap_ms" and gap.fault == FAULT
+    assert any("'hang s0r0a' is compared with the baseline's" in n for n in cmp.notes)
+    assert not any(r.verdict in ("baseline only", "candidate only") for r in cmp.rows)
+    back = compare.compare(run, variants=("bfd-off", "bfd-on"))  # the other way round: better
+    assert back.ok and row(back, "converged_gap_ms", variant="bfd-off vs bfd-on").verdict == "better"
+    # the CLI: --variants on one folder, and FOLDER:VARIANT on each side, say the same
+    assert main(["compare", str(folder), "--variants", "bfd-on,bfd-off", "--json"]) == 1
+    by_flag = json.loads(capsys.readouterr().out)
+    assert main(["compare", f"{folder}:bfd-on", f"{folder}:bfd-off", "--json"]) == 1
+    by_colon = json.loads(capsys.readouterr().out)
+    assert by_flag["rows"] == by_colon["rows"] and by_flag["baseline"] == f"{folder}:bfd-on"
+    assert main(["compare", f"{folder}:bfd-on", f"{folder}:bfd-on"]) == 0  # a variant against itself
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["{run}", "--variants", "bfd-on,nope"], "candidate: the run has no variant 'nope'; it has bfd-on, bfd-off"),
+    (["{run}", "--variants", "bfd-on"], "--variants 'bfd-on': give two, BASELINE,CANDIDATE"),
+    (["{run}"], "give a candidate folder, or --variants A,B"),
+    (["{run}:bfd-on", "{run}"], "candidate: give a variant on both sides"),
+    (["{run}:bfd-on", "{run}:bfd-off", "--variants", "a,b"], "not both"),
+])
+def test_variant_comparisons_refuse_bad_input_in_one_line(tmp_path, capsys, argv, msg):
+    _run, folder = _two_variants(tmp_path)
+    assert main(["compare", *(a.format(run=folder) for a in argv)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and err.count("\n") == 0, err

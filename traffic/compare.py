@@ -219,6 +219,24 @@ def load(source: str | Path | dict, field_name: str = "baseline") -> tuple[dict,
     return results, str(path)
 
 
+def split_variant(source: str | Path | dict) -> tuple[str | Path | dict, str | None]:
+    """'RUN:VARIANT' -> (RUN, VARIANT): one variant of a run. A path that exists as given (a ':' in a folder's
+    name) is a path, and so is one whose part before the last ':' does not exist."""
+    if isinstance(source, dict) or Path(source).exists():
+        return source, None
+    run, sep, variant = str(source).rpartition(":")
+    if sep and run and variant and Path(run).exists():
+        return run, variant
+    return source, None
+
+
+def pick(results: dict, variant: str, field_name: str) -> None:
+    """``variant`` must be one of the run's (one line naming them, exit 2)."""
+    if variant not in results["variants"]:
+        raise SpecError(f"{field_name}: the run has no variant '{variant[:60]}'; it has "
+                        f"{', '.join(results['variants']) or 'none'}")
+
+
 def check_pair(base: dict, cand: dict, variants: list[str] | None = None) -> None:
     """The two are runs of one experiment with a variant in common (``variants``: the candidate's, before it
     runs); else one line (exit 2)."""
@@ -255,6 +273,16 @@ def _stream_pps(v: dict) -> dict[str, float]:
     return pps
 
 
+def fault_labels(variant: dict) -> list[str]:
+    """Each fault's name in the comparison, in timeline order: its label, '#2' on for the same fault again."""
+    out, seen = [], {}
+    for k, f in enumerate(variant.get("faults") or []):
+        label = f.get("fault", f"fault {k}")
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")  # a flap: its own figures
+    return out
+
+
 def figures(results: dict) -> dict[str, dict[tuple[str, str, str], _Fig]]:
     """variant -> (fault, stream, figure) -> the figure, for every summary results.json holds outside the
     repetitions' own records (the meter's own figures go beside them as flags, not as figures)."""
@@ -262,12 +290,7 @@ def figures(results: dict) -> dict[str, dict[tuple[str, str, str], _Fig]]:
     for vname, v in results["variants"].items():
         figs: dict[tuple[str, str, str], _Fig] = {}
         pps = _stream_pps(v)
-        seen: dict[str, int] = {}
-        for k, f in enumerate(v.get("faults") or []):
-            label = f.get("fault", f"fault {k}")
-            seen[label] = seen.get(label, 0) + 1
-            if seen[label] > 1:  # the same fault again later in the timeline (a flap): its own figures
-                label = f"{label} #{seen[label]}"
+        for k, (f, label) in enumerate(zip(v.get("faults") or [], fault_labels(v))):
             base = f"variants.{vname}.faults.{k}"
             em = f.get("emulator") or {}
             flags = em.get("flagged_figures") or {}
@@ -378,20 +401,50 @@ def judge(row: Row, kind: str | None, pps: float | None) -> Row:
     return row
 
 
-def compare(baseline: str | Path | dict, candidate: str | Path | dict, ignore: list[str] | tuple[str, ...] = ()) -> Comparison:
+def compare(baseline: str | Path | dict, candidate: str | Path | dict | None = None,
+            ignore: list[str] | tuple[str, ...] = (), variants: tuple[str, str] | None = None) -> Comparison:
     """Every figure of every variant, fault and stream both runs hold; each judged by ``judge``. ``ignore``:
-    figure names or patterns (``workload.*``) reported with both sides' values but not judged."""
+    figure names or patterns (``workload.*``) reported with both sides' values but not judged.
+
+    Two variants instead of two runs: ``variants`` (baseline's variant, candidate's variant), the candidate
+    defaulting to the baseline's run (two variants of one run), or a side given as 'RUN:VARIANT'. Their
+    figures are matched by fault, stream and figure, as two runs' are."""
+    baseline, bvar = split_variant(baseline)
+    candidate, cvar = split_variant(baseline if candidate is None else candidate)
+    if variants is not None:
+        if bvar or cvar:
+            raise SpecError("--variants: give the variants either as RUN:VARIANT or with --variants, not both")
+        bvar, cvar = variants
+    if (bvar is None) != (cvar is None):
+        raise SpecError(f"{'candidate' if cvar is None else 'baseline'}: give a variant on both sides "
+                        f"(RUN:VARIANT), or on neither")
     base, bname = load(baseline, "baseline")
     cand, cname = load(candidate, "candidate")
-    check_pair(base, cand)
+    if bvar is not None:
+        pick(base, bvar, "baseline")
+        pick(cand, cvar, "candidate")
+        bname, cname = f"{bname}:{bvar}", f"{cname}:{cvar}"
+        check_pair(base, cand, list(base["variants"]))  # one experiment; the variants are the ones picked
+        pairs = [(bvar, cvar)]
+    else:
+        check_pair(base, cand)
+        pairs = [(v, v) for v in cand["variants"] if v in base["variants"]]
     bf, cf = figures(base), figures(cand)
     rows: list[Row] = []
-    for vname in [v for v in cand["variants"] if v in base["variants"]]:
-        err = cand["variants"][vname].get("error")
+    match_notes: list[str] = []
+    for bv, cv in pairs:
+        vname = bv if bv == cv else f"{bv} vs {cv}"
+        err = cand["variants"][cv].get("error")
         if err:  # a variant that did not run has no figures to be within anything
-            rows.append(Row(vname, "-", "-", "error", f"variants.{vname}.error", HIGHER, None, None,
+            rows.append(Row(vname, "-", "-", "error", f"variants.{cv}.error", HIGHER, None, None,
                             verdict="worse", note=f"the candidate's variant failed: {err}"[:300]))
-        b, c = bf[vname], cf[vname]
+        b, c = bf[bv], cf[cv]
+        bl, cl = fault_labels(base["variants"][bv]), fault_labels(cand["variants"][cv])
+        if bv != cv and bl != cl and len(bl) == len(cl):  # two variants' faults: matched by place in the timeline
+            as_base = dict(zip(cl, bl))
+            c = {(as_base.get(f, f), st, fig): x for (f, st, fig), x in c.items()}
+            match_notes += [f"the candidate's fault '{x}' is compared with the baseline's '{y}' (the same place "
+                            f"in the timeline)" for x, y in zip(cl, bl) if x != y]
         order = list(b) + [k for k in c if k not in b]
         for key in order:
             fault, stream, figure = key
@@ -410,7 +463,7 @@ def compare(baseline: str | Path | dict, candidate: str | Path | dict, ignore: l
                 if notes:  # the meter says the machine moved it: run again, or read it with that error bar
                     row.note = "; ".join(filter(None, [row.note, *notes, "the machine was late"]))
             rows.append(row)
-    notes = [f"not judged (--ignore): {', '.join(ignore)}"] if ignore else []
+    notes = ([f"not judged (--ignore): {', '.join(ignore)}"] if ignore else []) + match_notes
     for what in ("repetitions", "duration"):
         if base.get(what) != cand.get(what):
             notes.append(f"{what}: baseline {base.get(what)}, candidate {cand.get(what)}")
@@ -418,7 +471,7 @@ def compare(baseline: str | Path | dict, candidate: str | Path | dict, ignore: l
         if res.get("partial"):
             notes.append(f"the {side} is partial: {res['partial']}")
     only = {side: [v for v in a["variants"] if v not in o["variants"]]
-            for side, a, o in (("baseline", base, cand), ("candidate", cand, base))}
+            for side, a, o in (("baseline", base, cand), ("candidate", cand, base))} if bvar is None else {}
     return Comparison(base.get("experiment", "?"), bname, cname, rows, notes, {k: v for k, v in only.items() if v})
 
 

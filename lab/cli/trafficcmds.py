@@ -98,7 +98,15 @@ def _baseline(args, exp: experiment.Experiment):
 
 # --- compare ---------------------------------------------------------------------------------------------------
 def compare_cmd(args) -> int:
-    cmp = compare.compare(args.baseline, args.candidate, args.ignore or ())
+    variants = None
+    if args.variants is not None:
+        variants = tuple(v.strip() for v in args.variants.split(","))
+        if len(variants) != 2 or not all(variants):
+            raise SpecError(f"--variants '{args.variants[:60]}': give two, BASELINE,CANDIDATE, e.g. --variants "
+                            f"bfd-on,bfd-off")
+    elif args.candidate is None and ":" not in args.baseline:
+        raise SpecError("compare: give a candidate folder, or --variants A,B to compare two variants of this run")
+    cmp = compare.compare(args.baseline, args.candidate, args.ignore or (), variants)
     compare.write_reports(cmp, args.junit, args.markdown)
     if args.json:
         json.dump(cmp.to_dict(), sys.stdout, indent=1)
@@ -352,16 +360,23 @@ def add_parsers(sub) -> None:
 
     cp = sub.add_parser("compare", help="compare every figure of two result folders; exit 1 on a regression",
                         description="Compare a candidate run of an experiment with a baseline run of it: every "
-                                    "figure of every variant, fault and stream both hold. The candidate's median "
+                                    "figure of every variant, fault and stream both hold; or two variants, of one "
+                                    "run or two (--variants, or FOLDER:VARIANT on each side). The candidate's median "
                                     "is worse when it lies beyond the baseline's median by more than the "
                                     "baseline's spread (max - min over its repetitions) plus the lateness meter's "
                                     "bound (10 % of the figure or 5 ms; counts of flows: the spread alone). Exit 0: "
                                     "no regression; 1: a regression (the table lists it); 2: bad input. "
                                     "docs/baselines.md has the rule per figure and a CI recipe.",
                         epilog="examples:\n  hpnlab compare results/link-failure /tmp/lf\n"
+                               "  hpnlab compare /tmp/hang --variants bfd-on,bfd-off   (two variants of one run)\n"
+                               "  hpnlab compare results/link-failure:dual-tor /tmp/lf:single-tor\n"
                                "  hpnlab compare base/ new/ --junit report.xml --markdown report.md")
-    cp.add_argument("baseline", help="the baseline's folder (or its results.json)")
-    cp.add_argument("candidate", help="the candidate's folder (or its results.json)")
+    cp.add_argument("baseline", help="the baseline's folder (or its results.json); FOLDER:VARIANT for one variant")
+    cp.add_argument("candidate", nargs="?", help="the candidate's folder (or its results.json); FOLDER:VARIANT for "
+                                                 "one variant; left out with --variants: the baseline's folder")
+    cp.add_argument("--variants", metavar="BASE,CAND",
+                    help="compare the baseline's variant BASE with the candidate's variant CAND (two variants of one "
+                         "run when the candidate is left out), e.g. --variants bfd-on,bfd-off")
     cp.add_argument("--all", action="store_true", help="list every figure, not only the ones worse, better or "
                                                        "in one side only")
     cp.add_argument("--junit", metavar="FILE", help="write JUnit XML: one testcase per figure, a failure per "
