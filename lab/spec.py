@@ -148,7 +148,10 @@ class HoldDown(_Strict):
     their entries failed while it was stopped); at most ``max_s`` seconds (M-LAG "delay restore", BGP
     "update-delay" in spirit)."""
 
-    enabled: bool = Field(False, description="hold a (re)booting ToR's host ports out until it has routes")
+    enabled: bool = Field(False, description=(
+        "hold a (re)booting ToR's host ports out until it has routes; off by default, as in the paper's "
+        "design (hpnlab's addition, and results without it keep their meaning); on, a hung ToR that resumes "
+        "costs no second outage (experiments/tor-hang-holddown.yml)"))
     max_s: float = Field(30.0, gt=0, le=600, description="the longest a ToR may hold its host ports down")
 
 

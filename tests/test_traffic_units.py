@@ -272,6 +272,20 @@ def test_each_workload_kind_takes_only_its_own_keys(tmp_path):
         load({"kind": "allreduce", "select": "hash"})
     assert load({"kind": "elephant"}).select == "hash" and load({"kind": "allreduce"}).select == "least-loaded"
     assert not hasattr(load({"kind": "none"}), "size_kb")
+    # a newcomer's all-reduce gets HPN's host-side placement, which the shipped failover runs use
+    assert load({"kind": "allreduce"}).placement == "disjoint"
+
+
+def test_every_shipped_allreduce_names_its_placement():
+    """A shipped result keeps its meaning when a default changes: each all-reduce names the placement it ran with."""
+    import yaml
+
+    for f in sorted((REPO / "experiments").glob("*.yml")):
+        doc = yaml.safe_load(f.read_text())
+        for where, w in [("workload", doc.get("workload"))] + [
+                (f"variants.{v['name']}.workload", v.get("workload")) for v in doc.get("variants", [])]:
+            if (w or {}).get("kind") == "allreduce":
+                assert "placement" in w, f"{f.name} {where}: give placement (hash or disjoint) explicitly"
 
 
 def test_progress_is_one_display_and_takes_a_plain_callable(capsys):

@@ -35,11 +35,11 @@ class AllReduceParams(WorkloadParams):
     rails: list[int] | None = Field(None, min_length=1, description=(
         "concurrent rings, one per listed rail, each reducing size_kb / len(rails) (the paper's Multi-AllReduce); "
         "an iteration ends when every rail's ring has done it (default: one ring on workload.rail)"))
-    placement: Literal["hash", "disjoint"] = Field("hash", description=(
-        "each connection's source port: hash (the kernel's choice, so the hash alone places it: now and then "
-        "all of a peer's connections share one plane) or disjoint (from a path map probed once per variant, "
-        "spread over the host's ports (planes) first, then over the aggs: HPN's host-side path selection, "
-        "App. B)"))
+    placement: Literal["hash", "disjoint"] = Field("disjoint", description=(
+        "each connection's source port: disjoint (from a path map probed once per variant, spread over the "
+        "host's ports (planes) first, then over the aggs: HPN's host-side path selection, App. B) or hash (the "
+        "kernel's choice, so the hash alone places it: now and then all of a peer's connections share one "
+        "plane, and a fault on it halts the ring for the whole fault)"))
     fabric_bytes: bool = Field(False, description=(
         "sample every ToR's uplinks (hpnlab.node.linkstats, every 0.5 s) and report the bytes that crossed the "
         "agg tier per iteration against the ring's 2(n-1)/n x size per crossing edge"))
