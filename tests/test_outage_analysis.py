@@ -310,8 +310,9 @@ def test_the_load_goes_into_the_summary():
     assert agg[0]["load"]["survivor_ratio_pct"] == {"n": 3, "min": 200.0, "median": 300.0, "max": 400.0}
     text = report.summary_table({"experiment": "x", "repetitions": 3, "duration": 11,
                                  "variants": {"clos": {"runs": runs, "faults": agg}}})
+    flat = " ".join(text.split())  # summary.txt folds prose lines to fit a terminal
     assert "load clos / link-down s0h0:r0p0: agg0-0 2/2/2 -> 0/0/0 kB/s; per survivor (1/1/1) 1/1/1 -> 2/3/4 kB/s " \
-           "= 200/300/400 % (even split 200/200/200 %); a survivor's share 50/50/50 -> 100/100/100 %" in text
+           "= 200/300/400 % (even split 200/200/200 %); a survivor's share 50/50/50 -> 100/100/100 %" in flat
 
 
 def test_a_dilated_variant_reads_its_durations_back_in_the_fabrics_time():
@@ -328,3 +329,26 @@ def test_a_dilated_variant_reads_its_durations_back_in_the_fabrics_time():
     text = report.summary_table({"experiment": "x", "repetitions": 3, "duration": 11,
                                  "variants": {"v": {"runs": runs, "faults": agg}}})
     assert "converged gap 300/330/360 ms" in text and "not dilated" in text
+
+
+def test_the_summary_fits_a_terminal_explains_every_column_and_names_a_black_hole():
+    """summary.txt: no line past report.WIDTH, a one-line legend per column at its end, and a stream whose
+    gaps all lasted until the repair reads 'no gap closed', not a converged gap of 0 ms."""
+    from hpnlab.traffic import runner
+
+    runs = [_agg_run(100.0, 10.0) for _ in range(3)]
+    for r in runs:
+        f = r["faults"][0]
+        f["longest_gap_ms"], f["blackholed_flows"], f["converged_gap_ms"] = 4012.0, 30, 0
+        f["streams"] = {name: {**{m: f[m] for m in report.METRICS}, "recovered": True} for name in
+                        ("a-very-long-stream-name-upstream", "a-very-long-stream-name-downstream", "in-set", "far")}
+    agg = report.aggregate(runs)
+    text = runner.summary({"experiment": "x", "repetitions": 3, "duration": 11,
+                           "variants": {"dual-tor": {"runs": runs, "faults": agg}}})
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= report.WIDTH, [ln for ln in lines if len(ln) > report.WIDTH]
+    legend = lines[lines.index("legend (docs/results.md says more):") + 1:]
+    assert [ln.split(":")[0].strip() for ln in legend] == [c for c, _key in report.COLUMNS]
+    converged = [ln for ln in lines if ln.startswith("converged ms ")]
+    assert converged and all("no gap closed" in ln and " 0 " not in f"{ln} " for ln in converged), converged
+    assert len(converged) == 2  # the streams that did not fit went on in a second table

@@ -259,31 +259,142 @@ SHORT = {"longest_gap_ms": "gap", "converged_gap_ms": "converged", "routes_last_
          "recovery_after_repair_ms": "recovery"}
 
 
+WIDTH = 100  # summary.txt fits a terminal: no line longer than this (a table wider than it goes on in another)
+# One line per column, at the end of summary.txt (docs/results.md says more about each).
+LEGEND: dict[str, str] = {
+    "variant": "the experiment file's variant (a block's title)",
+    "fault": "the fault as the timeline applied it (a block's title)",
+    "stream": "a column: all (every probe stream together) or one probe stream",
+    "n": "how many repetitions the block's figures are over",
+    "converged ms": "longest gap closed before the repair ('no gap closed': gaps lasted until it)",
+    "black-holed": "flows silent from the fault's first effect until the repair",
+    "silent at repair": "flows silent when the fault was repaired, however late they went silent",
+    "longest gap ms": "the longest of the fault's gaps, whichever kind",
+    "lost": "probe packets lost in the fault's gaps",
+    "flows hit": "flows (source ports) with at least one gap of the fault's",
+    "routes ms": "when the last router changed a route after the fault (the route monitors)",
+    "recovery ms": "from the repair until every flow delivered again",
+    "lost after repair": "the fault's packets sent after the repair and lost",
+    "recovered": "yes, or NO k/n: in k of n a gap stayed open or late packets were lost",
+    "workload %": "the workload's throughput during the fault, % of its baseline before the fault",
+    "workload back ms": "from the repair until the workload ran at 90 % of its baseline (DEAD k/n: died)",
+    "emulator late ms": "how late the emulator itself was in the fault's window (the lateness meter)",
+    "flagged": "repetitions (of n) in which a figure's lateness mattered; FLAG names which",
+}
+FAULT_ONLY = ("routes ms", "workload %", "workload back ms", "emulator late ms", "flagged")  # the 'all' column only
+
+
+def _one(d: dict | None, unit: str = "") -> str:
+    """As _mm, but one figure where every repetition gave the same."""
+    if d and d.get("median") is not None and d.get("min") == d.get("median") == d.get("max"):
+        return f"{d['median']:g}{unit}"
+    return _mm(d, unit)
+
+
+def _converged(m: dict) -> str:
+    """The converged gap; 'no gap closed' where every repetition had gaps and none closed before the repair
+    (the stream was black-holed, or its gaps were open until the repair): 0 would read as 'no outage'."""
+    c, g = m.get("converged_gap_ms"), m.get("longest_gap_ms")
+    if c and g and c.get("max") == 0 and (g.get("min") or 0) > 0:
+        return "no gap closed"
+    return _one(c)
+
+
+def _cells(f: dict, m: dict, n: int) -> dict[str, str]:
+    """One column of a block: the fault's figures over every stream (``m`` is ``f``) or one stream's."""
+    top = m is f
+    ok = m.get("recovered_runs", n if m["recovered"] else 0)
+    out = {"converged ms": _converged(m), "black-holed": _one(m["blackholed_flows"]),
+           "silent at repair": _one(m.get("silent_at_repair_flows")), "longest gap ms": _one(m["longest_gap_ms"]),
+           "lost": _one(m["lost_packets"]), "flows hit": _one(m["flows_affected"]),
+           "recovery ms": _one(m.get("recovery_after_repair_ms")), "lost after repair": _one(m.get("lost_after_repair")),
+           "recovered": _runs(ok, n)}
+    if not top:
+        return out
+    wl, em = f.get("workload") or {}, f.get("emulator")
+    back = _one(wl.get("recovery_ms"))
+    dead = wl.get("dead_runs", 0)  # a dead job is not "not back yet": it has nothing left to come back
+    if back != "-" and wl.get("judged") and wl.get("recovered_runs", 0) + dead < wl["judged"]:
+        back += f" (not back in {wl['judged'] - wl['recovered_runs'] - dead})"
+    if dead:
+        back = f"DEAD {dead}/{wl['judged']}" + ("" if back == "-" else f", {back}")
+    flagged = "-"
+    if em:
+        flagged = (f"{em['flagged']}/{em['judged']}" + (" FLAG " + ",".join(SHORT[k] for k in em.get("flagged_figures", {}))
+                                                       if em["flagged"] else "")).rstrip()
+    out.update({"routes ms": _one(f["routes_last_ms"]), "workload %": _one(wl.get("throughput_pct")),
+                "workload back ms": back, "emulator late ms": _one(em["late_ms"]) if em else "-", "flagged": flagged})
+    return out
+
+
+def _block(columns: list[tuple[str, dict[str, str]]], rows: list[str]) -> list[str]:
+    """Figures down, streams across; streams that do not fit in WIDTH go on in another table below."""
+    label = max(len(r) for r in rows) + 2
+    out: list[str] = []
+    chunk: list[tuple[str, dict[str, str], int]] = []
+    used = label
+
+    def flush():
+        if not chunk:
+            return
+        out.append((" " * label + "  ".join(h.ljust(w) for h, _c, w in chunk)).rstrip())
+        for r in rows:
+            if any(c.get(r, "") for _h, c, _w in chunk):
+                out.append((r.ljust(label) + "  ".join(c.get(r, "").ljust(w) for _h, c, w in chunk)).rstrip())
+
+    for head, cells in columns:
+        w = max(len(head), *(len(v) for v in cells.values()))
+        if chunk and used + w + 2 > WIDTH:
+            flush()
+            chunk, used = [], label
+        chunk.append((head, cells, w))
+        used += w + 2
+    flush()
+    return out
+
+
+def wrap(lines: list[str]) -> list[str]:
+    """Prose lines folded to WIDTH (continuations indented), so summary.txt fits a terminal."""
+    import textwrap
+
+    out = []
+    for ln in lines:
+        if len(ln) <= WIDTH:
+            out.append(ln)
+            continue
+        lead = len(ln) - len(ln.lstrip())
+        out += textwrap.wrap(ln, WIDTH, initial_indent="", subsequent_indent=" " * (lead + 2),
+                             break_long_words=False, break_on_hyphens=False)
+    return out
+
+
+def legend_lines(headers: list[str] | None = None) -> list[str]:
+    """The one-line legend of every column, for the end of summary.txt."""
+    hs = headers or list(LEGEND)
+    w = max(len(h) for h in hs) + 2
+    return ["", "legend (docs/results.md says more):"] + [f"  {(h + ':').ljust(w)}{LEGEND[h]}" for h in hs]
+
+
 def summary_table(results: dict) -> str:
     durs = sorted({v["duration"] for v in results["variants"].values() if v.get("duration")})
     each = f"{durs[0]:g}-{durs[-1]:g} s (each variant's)" if len(durs) > 1 else f"{results['duration']:g} s"
-    lines = [f"experiment {results['experiment']}: {results['repetitions']} repetition(s) x "
-             f"{each}; each figure is min/median/max over the n repetitions (one figure "
-             f"where n is 1); docs/results.md defines every column"]
-    hdr = [c for c, _key in COLUMNS]
-    rows: list[list[str]] = []
+    lines = [f"experiment {results['experiment']}: {results['repetitions']} repetition(s) x {each}",
+             "each figure is min/median/max over the n repetitions, one figure where they agree (or n is 1)"]
+    rows = [c for c, _key in COLUMNS if c not in ("variant", "fault", "stream", "n")]
     errors: list[str] = []
     for vname, v in results["variants"].items():
         if v.get("error"):
-            rows.append([vname, "FAILED", "(see below)"] + [""] * (len(hdr) - 3))
+            lines += ["", f"{vname}: FAILED (see below)"]
             errors.append(f"{vname}: {v['error']}")
         for f in v["faults"]:
             n = f.get("repetitions", results["repetitions"])
-            rows.append(_fault_row(f, f, vname, "all", n))
-            for s, m in f["streams"].items():
-                rows.append(_fault_row(f, m, vname, s, n))
+            lines += ["", f"{vname} / {f['fault']} / n {n}"]
+            cols = [("all", _cells(f, f, n))] + [(s, _cells(f, m, n)) for s, m in f["streams"].items()]
+            lines += _block(cols, rows)
         if not v["faults"]:
-            rows.append([vname, "(no fault)", "all", str(len(v["runs"])), "", "", "", "",
-                         str(sum(p["lost"] for r in v["runs"] for p in r["probes"].values()))] + [""] * (len(hdr) - 9))
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(hdr)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(hdr, widths)).rstrip())
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines += [f"FAILED {e}" for e in errors]
+            lost = sum(p["lost"] for r in v["runs"] for p in r["probes"].values())
+            lines += ["", f"{vname} / (no fault) / n {len(v['runs'])}: lost {lost} probe packets"]
+    lines += [""] + [f"FAILED {e}" for e in errors]
     before = [(vname, k + 1, r["lost_before_faults"]) for vname, v in results["variants"].items()
               for k, r in enumerate(v.get("runs", [])) if r.get("lost_before_faults")]
     if before:
@@ -299,7 +410,7 @@ def summary_table(results: dict) -> str:
     lines += dilation_lines(results)
     lines += split_lines(results)
     lines += load_lines(results)
-    return "\n".join(lines)
+    return "\n".join(wrap(lines))
 
 
 def dilation_lines(results: dict) -> list[str]:

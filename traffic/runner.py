@@ -395,17 +395,27 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
     if kind is not None and kind.own_report:  # its own table, and the lateness meter's line under it
         png, table = kind.plot(results, out / "plot.png"), "\n".join([kind.summary_table(results),
                                                                       *report.emulator_lines(results)])
+        table = "\n".join([table, *reorder.summary_lines(results)])  # none for a run before tcpstats were read
+        table = "\n".join([table, *grayfigures.summary_lines(results)])  # none without a variant with the prober
+        table = "\n".join([table, *slip.summary_lines(results)])  # none for a run before the slip guard
     else:
-        png, table = report.plot(results, out / "plot.png"), report.summary_table(results)
-        table = "\n".join([table, *(line for name, v in results["variants"].items()
-                                    for line in workloads.get(workload_of(v)).summary_lines(name, v))])
-    table = "\n".join([table, *reorder.summary_lines(results)])  # none for a run before tcpstats were read
-    table = "\n".join([table, *grayfigures.summary_lines(results)])  # none without a variant with the prober
-    table = "\n".join([table, *slip.summary_lines(results)])  # none for a run before the slip guard
+        png, table = report.plot(results, out / "plot.png"), summary(results)
     (out / "summary.txt").write_text(table + "\n")
     if timeline.plot(results, out / "timeline.png") is None:  # nothing converged, or no matplotlib
         (out / "timeline.png").unlink(missing_ok=True)  # not an earlier run's picture beside these results
     return png, table
+
+
+def summary(results: dict) -> str:
+    """summary.txt of a failover experiment (every workload but those with their own report): a block per
+    variant and fault, the lines on the workload, TCP and the prober under them, the columns' legend last;
+    no line wider than report.WIDTH."""
+    extra = [line for name, v in results["variants"].items()
+             for line in workloads.get(workload_of(v)).summary_lines(name, v)]
+    extra += reorder.summary_lines(results)  # none for a run before tcpstats were read
+    extra += grayfigures.summary_lines(results)  # none without a variant with the prober
+    extra += slip.summary_lines(results)  # none for a run before the slip guard
+    return "\n".join([report.summary_table(results), *report.wrap(extra), *report.legend_lines()])
 
 
 def workload_of(v: dict) -> str:
