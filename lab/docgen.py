@@ -128,7 +128,8 @@ def experiment_page() -> str:
 
     intro = ("# Experiment file reference\n\nAn experiment file (`experiments/*.yml`) runs each variant's lab, "
              "sends the probes and the workload, applies the fault timeline, and repeats; `hpnlab run FILE --out "
-             "DIR` writes `DIR/results.json`, `summary.txt` and `plot.png` (see [results](results.md)). Everything "
+             "DIR` writes `DIR/results.json`, `summary.txt`, `plot.png` and `timeline.png` (see [results](results.md)). "
+             "Everything "
              "is validated before a lab comes up, including that every fault and probe names a real node and "
              "interface of its variant's lab.\n\n")
     parts = model_sections(ExperimentFile)

@@ -84,9 +84,9 @@ class ExperimentFile(_Strict):
         "the base lab spec: a path relative to this file, or an example's name from any folder (default, "
         "clos.yml, examples/segment.yml: a file in examples/); left out: examples/default.yml"))
     duration: float = Field(10.0, ge=2, le=600, description="seconds of traffic per repetition")
-    repetitions: int = Field(1, ge=1, le=50, description="repetitions per variant (figures are median/max over them)")
+    repetitions: int = Field(1, ge=1, le=50, description="repetitions per variant (each figure is min/median/max over them)")
     up_timeout: float = Field(120.0, ge=10, le=3600, description=(
-        "seconds each variant's lab may take to come up healthy (the paper's segment needs ~2 minutes)"))
+        "seconds each variant's lab may take to come up healthy (raise it for a large lab on a busy machine)"))
     lab_prefix: str = Field("xp", pattern=r"^[a-z][a-z0-9]{0,6}$", description="variant i's lab is named <lab_prefix><i>")
     probes: list[Probe] = Field([], description="probe streams (below)")
     workload: Workload = Field(Workload(), description="the workload (below)")
