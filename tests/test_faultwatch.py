@@ -52,7 +52,8 @@ def test_watch_reports_each_change_once_then_that_the_lab_is_back():
     assert w.poll() == ["host routes s0r0a 2 -> 1", "lacp s0r0a 2/2 ports C/D -> 1/2 ports C/D"]
     assert w.poll() == [] and not w.healed()  # a change is said once, not every second
     lab.status["s0r0b"] = _tor(2, 2, t=time.time() - 60)  # a hung agent: its last status is a minute old
-    assert w.poll() == ["agent s0r0b - -> no heartbeat", "host routes s0r0b 2 -> -", "lacp s0r0b 2/2 ports C/D -> -"]
+    assert w.poll() == ["agent s0r0b ok -> no heartbeat", "host routes s0r0b 2 -> unknown",
+                        "lacp s0r0b 2/2 ports C/D -> unknown"]
     lab.status["s0r0a"] = lab.status["s0r0b"] = _tor(2, 2)
     assert len(w.poll()) == 5 and w.healed() and w.left() == []
 

@@ -12,7 +12,8 @@ from hpnlab.verify import HEARTBEAT_MAX_AGE, bgp_connections, read_status
 
 
 def snapshot(rt: Runtime, cfgs: dict[str, NodeConfig]) -> dict[str, str]:
-    """{'bgp s0r0a': '2/2 sessions', 'lacp s0h0': '4/4 ports C/D', 'host routes s0r0a': '2', ...}."""
+    """{'bgp s0r0a': '2/2 sessions', 'agent s0h0': 'ok', 'lacp s0h0': '4/4 ports C/D', 'host routes s0r0a': '2',
+    ...}; an agent without a heartbeat: 'no heartbeat', and its LACP and host routes 'unknown'."""
     out: dict[str, str] = {}
     for n, c in sorted(cfgs.items()):
         if c.role != "host" and c.fabric_ifaces:
@@ -22,9 +23,14 @@ def snapshot(rt: Runtime, cfgs: dict[str, NodeConfig]) -> dict[str, str]:
         if c.role not in ("tor", "host"):
             continue
         st = read_status(rt, n)
-        if st is None or st["age"] > HEARTBEAT_MAX_AGE:
-            out[f"agent {n}"] = "no heartbeat"  # hung or gone: its LACP and routes below are not known
+        if st is None or st["age"] > HEARTBEAT_MAX_AGE:  # hung or gone: what it last wrote is not now
+            out[f"agent {n}"] = "no heartbeat"
+            if c.mechanisms.get("lacp"):
+                out[f"lacp {n}"] = "unknown"
+            if c.role == "tor":
+                out[f"host routes {n}"] = "unknown"
             continue
+        out[f"agent {n}"] = "ok"
         ports = st.get("ports", []) if c.role == "tor" else [p for nic in st.get("nics", []) for p in nic["ports"]]
         if c.mechanisms.get("lacp") and ports:
             cd = sum(p.get("mux") == "collecting_distributing" for p in ports)
