@@ -66,16 +66,14 @@ def drift(values: dict[str, str], held: dict[str, int] | None = None) -> list[tu
     have, default = values.get(k), SHARED_DEFAULTS[k]
     if have not in (None, "unknown") and normalise(have) != default:
         if held.get(k) is not None and str(held[k]) == normalise(have):
-            notes.append((f"{k} is {have}: raised by the labs running now for their links (kernel default "
-                          f"{default}; the last lab to go restores it)",
+            notes.append((f"{k} is {have} (kernel default {default}): raised by the labs running now",
                           f"this machine's {k} is {have}, not the kernel's default {default}: the labs running now "
                           f"raised it to 10 packets per link of the largest of them (a lab raises it, never lowers "
                           f"it, and the last lab to go puts the value it found back); it is shared by every "
                           f"namespace: the per-CPU backlog every veth's packets are queued on (recorded in "
                           f"results' provenance)"))
         else:
-            notes.append((f"{k} is {have}, not the kernel's {default} (set outside hpnlab; a lab raises it to 10 "
-                          f"per link when that is more, never lowers it)",
+            notes.append((f"{k} is {have} (kernel default {default}), set outside hpnlab",
                           f"this machine's {k} is {have}, not the kernel's default {default}, and no running lab "
                           f"set it: it is shared by every namespace, the per-CPU backlog every veth's packets are "
                           f"queued on before the receiving namespace takes them; a burst is dropped there later, "
@@ -87,8 +85,8 @@ def drift(values: dict[str, str], held: dict[str, int] | None = None) -> list[tu
     if caps:
         names = " and ".join(f"{c} {v}" for c, v in caps)
         default = SHARED_DEFAULTS["net.core.rmem_max"]
-        notes.append((f"{names}, not the kernel's {default}: a user's socket may get bigger buffers (the lab's "
-                      f"own sockets set theirs)",
+        short = "/".join(c.split(".")[-1] for c, _v in caps) + " " + "/".join(v for _c, v in caps)
+        notes.append((f"net.core.{short} (kernel default {default}): a user's socket may get bigger buffers",
                       f"this machine's {names} (the kernel's default: {default}) are shared by every namespace "
                       f"and a lab does not change them: the cap on a socket's requested buffer; the lab's own "
                       f"sockets force theirs, a user's may not (recorded in results' provenance; "
