@@ -19,6 +19,7 @@ Needs root and the lab lock (one acquisition for the whole run). Usage:
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -73,6 +74,18 @@ def one(lab, prober, iso, kind: str, iface: str, rate: float, hold: float) -> di
             "named": sorted({e["link"] for e in ev}), "isolation_log": log, "bfd_session_downs": bfd}
 
 
+def fault_free_case(prober, iso, seconds: float, bfd_session_downs: int) -> dict:
+    """The fault-free case's figures, as they stand when it ends. Its events and isolation counts are
+    copies: the prober and the isolator go on appending to their live lists during the fault cases, which
+    must not show up here."""
+    events = [dict(e) for e in prober.events]
+    return {"seconds": round(seconds, 1), "suspected": len(events),
+            "confirmed": len(prober.confirmed()),
+            "isolations": sum(1 for x in iso.log if x["action"].startswith("isolated")),
+            "events": events, "report": copy.deepcopy(prober.report()),
+            "bfd_session_downs": bfd_session_downs}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quiet-s", type=float, default=300.0, help="fault-free seconds (>= 300 for the issue)")
@@ -106,12 +119,7 @@ def main() -> int:
                 t0 = time.time()
                 downs = bfd_downs(lab, TOR)
                 time.sleep(a.quiet_s)
-                rep = prober.report()
-                out["fault_free"] = {"seconds": round(time.time() - t0, 1), "suspected": len(prober.events),
-                                     "confirmed": len(prober.confirmed()),
-                                     "isolations": sum(1 for x in iso.log if x["action"].startswith("isolated")),
-                                     "events": prober.events, "report": rep,
-                                     "bfd_session_downs": bfd_downs(lab, TOR) - downs}
+                out["fault_free"] = fault_free_case(prober, iso, time.time() - t0, bfd_downs(lab, TOR) - downs)
                 print(json.dumps(out["fault_free"]), flush=True)
                 for kind, iface, rate in cases:
                     key = f"{kind}-{'uplink' if iface == UPLINK else 'access'}-{pct(rate)}"
