@@ -243,7 +243,7 @@ def test_a_ring_with_a_compute_phase_waits_it_out_each_iteration_and_stops_at_it
         assert len(r["iterations"]) == 8 and len(r["computed"]) == 8
         assert all(c <= e for c, e in zip(r["computed"], r["iterations"]))
         assert r["computed"][0] >= start + 0.095  # the first iteration computes before it sends
-    f = jobsmod.job_figures(reps, 0.1)
+    f = jobsmod.job_figures(reps, 0.1, iterations=8)
     # 8 x 100 ms of compute; a busy 2-core machine stretches the wall time, hence the margin
     assert f["iteration_ms"]["min"] >= 99 and 0.5 < f["gpu_util"] <= 1.0
 
@@ -378,7 +378,7 @@ def test_an_alltoall_with_a_compute_phase_completes_every_iteration_only_once_ev
         assert r["sports"] == [31001, 31002, 31001, 31002]
         for k, end in enumerate(r["iterations"]):
             assert all(peer["computed"][k] <= end for peer in reps), k
-    f = jobsmod.job_figures(reps, 0.1)
+    f = jobsmod.job_figures(reps, 0.1, iterations=5)
     assert f["iterations"] == 5 and f["iteration_ms"]["min"] >= 99 and 0.5 < f["gpu_util"] <= 1.0
 
 
@@ -462,3 +462,35 @@ def test_the_traffic_programs_take_their_common_options_from_one_place():
                 assert all(o in r.stdout for o in ("--compute-ms", "--sports", "--iterations")), prog
     assert want["duration"][2] and want["out"][2] and want["dscp"][0] is None and want_job["iterations"][0] is None
     assert jobrun.sports_of(argparse.Namespace(sports="30000,30001")) == [30000, 30001]
+
+
+def test_gpu_util_is_the_compute_done_in_the_window_over_the_window():
+    """Crux's Definition 1. The starved case: a job with 0.4 s of compute finished 1 iteration at 2.78 s of a
+    12 s run (its second compute ended, then the network starved it): over the run it did at most two
+    computes, 0.8 / 12 = 0.067, not 0.4 / 2.78 = 0.144 (the time until its last completed iteration)."""
+    starved = {"rank": 0, "ranks": 4, "start": 100.0, "until": 112.0, "iterations": [102.78],
+               "computed": [100.4, 103.18]}
+    f = jobsmod.job_figures([starved], 0.4)
+    assert f["gpu_util"] == pytest.approx(0.8 / 12, abs=1e-3) and f["gpu_util"] <= 0.067
+    assert f["iterations"] == 1 and f["window_s"] == pytest.approx(12.0)
+    # the compute under way when the run ended counts as far as it got: iterations ended at 101, 111.8, the
+    # third compute began at 111.8 and had run 0.2 s of its 0.4 s at 112
+    busy = {"rank": 0, "ranks": 2, "start": 100.0, "until": 112.0, "iterations": [101.0, 111.8],
+            "computed": [100.4, 101.4]}
+    assert jobsmod.job_figures([busy], 0.4)["gpu_util"] == pytest.approx((0.8 + 0.2) / 12, abs=1e-3)
+    # a job that ran the iterations it was asked for is done at its last iteration's end
+    done = {"rank": 0, "ranks": 2, "start": 100.0, "until": 112.0, "iterations": [101.0, 102.0],
+            "computed": [100.4, 101.4]}
+    f = jobsmod.job_figures([done], 0.4, iterations=2)
+    assert f["gpu_util"] == pytest.approx(0.8 / 2.0, abs=1e-3) and f["window"].startswith("to its last")
+    # nothing ended: the first compute, cut by the run's end, still counts as far as it got
+    cut = {"rank": 0, "ranks": 2, "start": 100.0, "until": 100.3, "iterations": [], "computed": []}
+    assert jobsmod.job_figures([cut], 0.4)["gpu_util"] == pytest.approx(1.0)
+
+
+def test_a_multi_rail_jobs_window_ends_at_its_last_rails_until():
+    by_rail = {0: [{"rank": 0, "ranks": 2, "iterations": [1.2], "computed": [1.0, 2.0], "until": 10.0}],
+               1: [{"rank": 0, "ranks": 2, "iterations": [1.3], "computed": [1.05, 1.9], "until": 10.5}]}
+    r = jobsmod.across_rails(by_rail)
+    assert r["until"] == 10.5
+    assert jobsmod.job_figures([r], 1.0)["gpu_util"] == pytest.approx(2 / 10.45, abs=1e-3)

@@ -336,7 +336,8 @@ class Ring:
             c.sock.close()
         return {"kind": "allreduce", "rank": self.rank, "addr": self.addrs[self.rank], "ranks": self.n,
                 "select": self.select, "connections": len(self.out), "bytes_per_iteration": self.chunk * steps_per_iter,
-                "start": t_start, "iterations": iterations, "steps": step, "resent_segments": self.resent,
+                "start": t_start, "until": t_start + duration,  # the run's end: the GPU utilisation's window
+                "iterations": iterations, "steps": step, "resent_segments": self.resent,
                 "duplicate_segments": self.dups, "stalls": [c.stalls for c in self.out], "congestion": ran,
                 "timeout_s": self.watchdog.timeout, "aborted": aborted, "dscp": self.dscp,
                 "compute_s": self.compute, "computed": computed, "sports": self.sports}

@@ -214,7 +214,7 @@ class AllToAll:
         return {"kind": "alltoall-job", "rank": self.rank, "addr": self.addrs[self.rank], "ranks": self.n,
                 "connections": self.conns, "bytes_per_peer": self.per_peer,
                 "bytes_per_iteration": self.per_peer * len(self.peers),
-                "bytes_received": sum(i.got for i in self.inc), "start": t_start,
+                "bytes_received": sum(i.got for i in self.inc), "start": t_start, "until": t_start + duration,
                 "iterations": iterations, "computed": computed, "congestion": ran, "dscp": self.dscp,
                 "compute_s": self.compute, "sports": self.sports}
 

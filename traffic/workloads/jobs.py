@@ -3,8 +3,8 @@
 Each job is a collective over its own hosts (ranks) on its own rail and port: a ring all-reduce
 (hpnlab.node.allreduce) or an all-to-all (hpnlab.node.alltoall), and each of its iterations begins with
 ``compute_ms`` of GPU work, emulated by waiting (--compute-ms); the rest of the iteration is its exposed
-communication. Per job: iteration times, exposed communication, GPU utilisation (compute time over wall
-time, iterations completed); for the cluster, the jobs' utilisations weighted by their ranks; and each job's GPU intensity as Crux defines it
+communication. Per job: iteration times, exposed communication, GPU utilisation (Crux's Definition 1: the compute done in the
+measured window, from the job's first compute to the run's end, over the window: job_figures); for the cluster, the jobs' utilisations weighted by their ranks; and each job's GPU intensity as Crux defines it
 (hpnlab.traffic.crux), from the path map the variant probes first and the links' capacities.
 
 The policy (hpnlab.traffic.policies) decides each job's class (DSCP, queue) and each connection's source
@@ -27,8 +27,7 @@ figures taken as the max over rails (the ``allreduce`` workload's way, which has
 rail whose part ended first would start its next compute early, and the job's GPU utilisation would count
 compute the host never did. The job's figures: iteration k's end is the last rail's end, its compute end
 the last rail's compute end (the rails' compute ends differ by the join's polling, a few ms), its GPU
-utilisation iterations x compute over the wall time from its first iteration's start to its last's end:
-compute over the wall time of the host's iterations.
+utilisation the host's compute in the measured window over the window (job_figures).
 """
 
 from __future__ import annotations
@@ -200,24 +199,48 @@ def _mmm(values: list[float]) -> dict | None:
     return {"n": len(v), "min": round(min(v), 4), "median": round(statistics.median(v), 4), "max": round(max(v), 4)}
 
 
-def job_figures(reps: list[dict], compute_s: float) -> dict:
+def job_figures(reps: list[dict], compute_s: float, iterations: int | None = None) -> dict:
     """One job's figures from its ranks' reports: rank 0's iterations (a ring moves in lockstep, and an
     all-to-all rank's iteration ends only when every other rank's part has arrived) and the compute ends
-    that began them."""
+    that began them.
+
+    ``gpu_util`` is Crux's Definition 1, the GPU work done in a period T over T. T, the measured window,
+    begins when the job's first compute began and ends at the run's end (the rank's ``until``: its start plus
+    the duration), or at its last iteration's end when it ran the ``iterations`` it was asked for (it is done
+    then; its GPUs are free). The work is every compute that ended in the window, plus the compute under way
+    at the window's end counted as far as it got (it began when the last iteration ended). A job starved by
+    the network so scores its compute over the whole run, not over the time until its last completed
+    iteration. A report without ``until`` (written before the ranks recorded it) ends the window at its last
+    recorded event, which is that older, flattering reading; ``window`` says which one was used."""
     r0 = min(reps, key=lambda r: r["rank"])
     ends, computed = r0["iterations"], r0.get("computed", [])
     n = min(len(ends), len(computed))
+    base = {"ranks": r0["ranks"], "iterations": n, "compute_ms": round(compute_s * 1000, 3)}
+    if not computed and (r0.get("start") is None or r0.get("until") is None):
+        return {**base, "iterations": 0, "gpu_util": 0.0}  # nothing to measure a window by
+    begin = computed[0] - compute_s if computed else float(r0["start"])
+    finished = iterations is not None and len(ends) >= iterations
+    if finished:
+        end, how = ends[iterations - 1], "to its last iteration's end (it ran its count)"
+    elif r0.get("until") is not None:
+        end, how = max([float(r0["until"]), *ends[-1:], *computed[-1:]]), "to the run's end"
+    else:
+        end, how = max([*ends[-1:], *computed[-1:]]), "to the last recorded event (no until)"
+    done = sum(1 for c in computed if c <= end + 1e-9) * compute_s
+    if not finished and len(computed) == len(ends):
+        # the compute under way when the window closed, from the last iteration's end (or the start)
+        done += min(compute_s, max(0.0, end - (ends[-1] if ends else begin)))
+    window = end - begin
+    out = {**base, "gpu_util": round(min(1.0, done / window), 4) if window > 0 else 0.0,
+           "window_s": round(window, 3), "window": how}
     if not n:
-        # no iteration completed: no GPU work counted (the job sat waiting for the network all run)
-        return {"ranks": r0["ranks"], "iterations": 0, "compute_ms": round(compute_s * 1000, 3), "gpu_util": 0.0}
-    begins = [computed[0] - compute_s] + ends[: n - 1]
+        return out
+    begins = [begin] + ends[: n - 1]
     iter_s = [e - b for b, e in zip(begins, ends[:n])]
     exposed = [e - c for c, e in zip(computed[:n], ends[:n])]
-    wall = ends[n - 1] - begins[0]
-    return {"ranks": r0["ranks"], "iterations": n, "compute_ms": round(compute_s * 1000, 3),
+    return {**out,
             "iteration_ms": {k: round(v * 1000, 1) for k, v in (_mmm(iter_s) or {}).items() if k != "n"},
             "exposed_ms": {k: round(v * 1000, 1) for k, v in (_mmm(exposed) or {}).items() if k != "n"},
-            "gpu_util": round(n * compute_s / wall, 4) if wall > 0 else 0.0,
             "begin": begins[0], "ends": ends[:n]}
 
 
@@ -233,7 +256,9 @@ def across_rails(by_rail: dict[int, list[dict]]) -> dict:
     r0s = [_rank0(v) if v else {"ranks": 0, "iterations": [], "computed": []} for v in by_rail.values()]
     ends = [max(ts) for ts in zip(*(r["iterations"] for r in r0s))]
     computed = [max(ts) for ts in zip(*(r.get("computed", []) for r in r0s))]
-    return {"rank": 0, "ranks": max(r["ranks"] for r in r0s), "iterations": ends, "computed": computed}
+    untils = [r["until"] for r in r0s if r.get("until") is not None]
+    return {"rank": 0, "ranks": max(r["ranks"] for r in r0s), "iterations": ends, "computed": computed,
+            **({"until": max(untils)} if untils else {})}
 
 
 def cluster_util(jobs: dict) -> float | None:
@@ -375,14 +400,14 @@ class Jobs(WorkloadKind):
                     continue
                 reports += reps
                 per[j.name] = {"collective": j.collective,
-                               **job_figures([across_rails(by_rail)], j.compute_ms / 1000),
+                               **job_figures([across_rails(by_rail)], j.compute_ms / 1000, j.iterations),
                                "rails": {str(r): len(_rank0(v)["iterations"]) if v else 0 for r, v in by_rail.items()}}
                 continue
             reps = [json.loads(p.read_text()) for p in sorted(run_dir.glob(f"job-{j.name}-*.json"))]
             if not reps:
                 continue
             reports += reps
-            per[j.name] = {"collective": j.collective, **job_figures(reps, j.compute_ms / 1000)}
+            per[j.name] = {"collective": j.collective, **job_figures(reps, j.compute_ms / 1000, j.iterations)}
         if not per:
             return None
         start = min(f["begin"] for f in per.values() if "begin" in f) if any("begin" in f for f in per.values()) else 0
