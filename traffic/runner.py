@@ -386,12 +386,16 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
 
 
 def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
-    """results.json (atomically), plot.png (where matplotlib is installed) and summary.txt in ``out``."""
+    """results.json (atomically), plot.png (where matplotlib is installed) and summary.txt in ``out``; an
+    experiment whose variants all run one workload kind gets that kind's comparisons across its variants
+    (``across_variants``: the jobs kind's ``paired``)."""
+    kinds = {workload_of(v) for v in results["variants"].values()}
+    kind = workloads.get(kinds.pop()) if len(kinds) == 1 else None
+    if kind is not None:
+        results.update(kind.across_variants(results))
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1))
     tmp.replace(out / "results.json")
-    kinds = {workload_of(v) for v in results["variants"].values()}
-    kind = workloads.get(kinds.pop()) if len(kinds) == 1 else None
     if kind is not None and kind.own_report:  # its own table, and the lateness meter's line under it
         png, table = kind.plot(results, out / "plot.png"), "\n".join([kind.summary_table(results),
                                                                       *report.emulator_lines(results)])

@@ -4,3 +4,4 @@ policy turns the jobs' priorities, contention and path candidates into an assign
 
 from hpnlab.traffic.policies.base import REGISTRY, Policy, get, names  # noqa: F401
 from hpnlab.traffic.policies import crux, fifo, reversed_order  # noqa: F401 (they register themselves)
+from hpnlab.traffic.policies import sincronia, cassini  # noqa: F401,I001 (the published baselines, after them)

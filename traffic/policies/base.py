@@ -5,7 +5,7 @@ that queue (``dscp_for_queue``)."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hpnlab.errors import SpecError
 from hpnlab.traffic import crux
@@ -35,6 +35,7 @@ class Inputs:
     queues: int
     rng: random.Random
     dscps: list[int | None] | None = None  # level i's DSCP (None: a lab without qos; fifo needs none)
+    compute_s: dict[str, float] = field(default_factory=dict)  # each job's compute per iteration, seconds
 
 
 class Policy:

@@ -127,6 +127,10 @@ class WorkloadKind:
         """Variant-level figures over the repetitions (added to the variant's results)."""
         return {}
 
+    def across_variants(self, results: dict) -> dict:
+        """Experiment-level figures that compare variants (added to results.json at its top); {} for none."""
+        return {}
+
     def summary_lines(self, vname: str, v: dict) -> list[str]:
         """Lines of summary.txt under the table about variant ``vname``'s workload (results.json's ``v``)."""
         return []

@@ -44,6 +44,7 @@ from hpnlab.errors import SpecError
 from hpnlab.traffic.workloads.base import WorkloadKind, WorkloadParams, check_hosts, congestion_of, register
 
 PORT_BASE = 17100  # job i listens on PORT_BASE + i
+HASH_SEED_BASE = 1000  # repetition k's hash placement is seeded with this + k (prepare_repetition)
 SPORT_BASE = 30000  # job i's source ports: SPORT_BASE + i * 256 + (0 .. pool-1)
 
 
@@ -88,7 +89,8 @@ class Job(BaseModel):
 class JobsParams(WorkloadParams):
     jobs: list[Job] = Field(min_length=1, max_length=8, description="the jobs (below)")
     policy: str = Field("fifo", description="the scheduling policy: fifo, crux, crux-priority-only, "
-                        "crux-paths-only or reversed")
+                        "crux-paths-only, reversed, or a published baseline: sincronia (bottleneck-ordered "
+                        "priorities) or cassini (time shifts between the jobs' communication)")
     queues: int = Field(2, ge=1, le=8, description="K: the priority levels the policy compresses onto")
     pool: int = Field(16, ge=1, le=256, description="source ports probed per connection's host pair (path map)")
 
@@ -189,7 +191,8 @@ def inputs(w, cfgs: dict, rows: list[dict], seed: int, spec=None):
         bpc[j.name] = bytes_per_conn(j)
     qos = getattr(spec, "qos", None) if spec is not None else None
     dscps = [dscp_for_queue(qos, q) for q in range(w.queues)] if qos is not None else None
-    return Inputs(demands, cap, cands, hashed, bpc, w.queues, rng, dscps)
+    return Inputs(demands, cap, cands, hashed, bpc, w.queues, rng, dscps,
+                  {j.name: j.compute_ms / 1000 for j in w.jobs})
 
 
 def _mmm(values: list[float]) -> dict | None:
@@ -199,7 +202,7 @@ def _mmm(values: list[float]) -> dict | None:
     return {"n": len(v), "min": round(min(v), 4), "median": round(statistics.median(v), 4), "max": round(max(v), 4)}
 
 
-def job_figures(reps: list[dict], compute_s: float, iterations: int | None = None) -> dict:
+def job_figures(reps: list[dict], compute_s: float, iterations: int | None = None, shift_s: float = 0.0) -> dict:
     """One job's figures from its ranks' reports: rank 0's iterations (a ring moves in lockstep, and an
     all-to-all rank's iteration ends only when every other rank's part has arrived) and the compute ends
     that began them.
@@ -211,14 +214,16 @@ def job_figures(reps: list[dict], compute_s: float, iterations: int | None = Non
     at the window's end counted as far as it got (it began when the last iteration ended). A job starved by
     the network so scores its compute over the whole run, not over the time until its last completed
     iteration. A report without ``until`` (written before the ranks recorded it) ends the window at its last
-    recorded event, which is that older, flattering reading; ``window`` says which one was used."""
+    recorded event, which is that older, flattering reading; ``window`` says which one was used. A job a
+    policy started ``shift_s`` late (cassini's time shift) has its window begin that much earlier: at the
+    run's start, its GPUs idle meanwhile."""
     r0 = min(reps, key=lambda r: r["rank"])
     ends, computed = r0["iterations"], r0.get("computed", [])
     n = min(len(ends), len(computed))
     base = {"ranks": r0["ranks"], "iterations": n, "compute_ms": round(compute_s * 1000, 3)}
     if not computed and (r0.get("start") is None or r0.get("until") is None):
         return {**base, "iterations": 0, "gpu_util": 0.0}  # nothing to measure a window by
-    begin = computed[0] - compute_s if computed else float(r0["start"])
+    begin = (computed[0] - compute_s if computed else float(r0["start"])) - shift_s
     finished = iterations is not None and len(ends) >= iterations
     if finished:
         end, how = ends[iterations - 1], "to its last iteration's end (it ran its count)"
@@ -229,13 +234,13 @@ def job_figures(reps: list[dict], compute_s: float, iterations: int | None = Non
     done = sum(1 for c in computed if c <= end + 1e-9) * compute_s
     if not finished and len(computed) == len(ends):
         # the compute under way when the window closed, from the last iteration's end (or the start)
-        done += min(compute_s, max(0.0, end - (ends[-1] if ends else begin)))
+        done += min(compute_s, max(0.0, end - (ends[-1] if ends else begin + shift_s)))
     window = end - begin
     out = {**base, "gpu_util": round(min(1.0, done / window), 4) if window > 0 else 0.0,
            "window_s": round(window, 3), "window": how}
     if not n:
         return out
-    begins = [begin] + ends[: n - 1]
+    begins = [begin + shift_s] + ends[: n - 1]
     iter_s = [e - b for b, e in zip(begins, ends[:n])]
     exposed = [e - c for c, e in zip(computed[:n], ends[:n])]
     return {**out,
@@ -270,7 +275,8 @@ def cluster_util(jobs: dict) -> float | None:
 @register
 class Jobs(WorkloadKind):
     kind = "jobs"
-    help = "several jobs (ring all-reduce, all-to-all) with compute phases at once, scheduled by a policy (Crux, fifo)"
+    help = ("several jobs (ring all-reduce, all-to-all) with compute phases at once, scheduled by a policy (Crux, fifo, "
+            "Sincronia, CASSINI)")
     doc = ("Each job names its hosts (ranks), rail, collective, message size, compute time per iteration and "
            "connections; the policy gives each job its class and each connection its path. Figures per job: "
            "iteration times, exposed communication, GPU utilisation, GPU intensity; for the cluster: "
@@ -342,7 +348,7 @@ class Jobs(WorkloadKind):
 
         rows = json.loads((raw / "pathmap.json").read_text())
         w = plan.workload
-        plan.assignment = policies.get(w.policy).assign(inputs(w, plan.cfgs, rows, 1000 + k, plan.spec))
+        plan.assignment = policies.get(w.policy).assign(inputs(w, plan.cfgs, rows, HASH_SEED_BASE + k, plan.spec))
         for j in w.jobs:
             if j.rails is not None and j.name in plan.assignment["jobs"]:
                 # its sports and paths are rail by rail, in this order (then rank by rank within a rail)
@@ -357,6 +363,8 @@ class Jobs(WorkloadKind):
         for i, j in enumerate(w.jobs):
             a = asg[j.name]
             per_rank = j.connections * (len(j.hosts) - 1 if j.collective == "alltoall" else 1)
+            # a policy's time shift (cassini) starts the job that much later; it still ends with the run
+            shift = min(float(a.get("offset_s") or 0.0), max(0.0, duration - 1.0))
             # several rails: each rail's part its own rank process per host, on that rail's addresses (so the
             # job's one port serves every rail), its own slice of the sports and its own report file
             for ri, rail in enumerate(rails_of(w, j)):
@@ -376,7 +384,7 @@ class Jobs(WorkloadKind):
                                            "--addrs", addrs, "--port", str(PORT_BASE + i),
                                            "--size", str(size_per_rail(j)), "--conns", str(j.connections), *how[1:],
                                            "--compute-ms", f"{j.compute_ms:g}", "--sports", ",".join(map(str, sports)),
-                                           "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
+                                           "--duration", f"{duration - shift:g}", "--start-at", f"{t0 + shift:.3f}",
                                            "--congestion", w.congestion, "--out", out]
                                   + (["--dscp", str(a["dscp"])] if a["dscp"] is not None else [])
                                   + (["--iterations", str(j.iterations)] if j.iterations else []) + join})
@@ -390,6 +398,8 @@ class Jobs(WorkloadKind):
     def result(self, plan, run_dir):
         w = plan.workload
         per = {}
+        asg = getattr(plan, "assignment", None) or json.loads((run_dir / "assignment.json").read_text())
+        shift = {n: float(a.get("offset_s") or 0.0) for n, a in asg["jobs"].items()}
         reports = []
         for j in w.jobs:
             if j.rails is not None:
@@ -400,14 +410,16 @@ class Jobs(WorkloadKind):
                     continue
                 reports += reps
                 per[j.name] = {"collective": j.collective,
-                               **job_figures([across_rails(by_rail)], j.compute_ms / 1000, j.iterations),
+                               **job_figures([across_rails(by_rail)], j.compute_ms / 1000, j.iterations,
+                                            shift.get(j.name, 0.0)),
                                "rails": {str(r): len(_rank0(v)["iterations"]) if v else 0 for r, v in by_rail.items()}}
                 continue
             reps = [json.loads(p.read_text()) for p in sorted(run_dir.glob(f"job-{j.name}-*.json"))]
             if not reps:
                 continue
             reports += reps
-            per[j.name] = {"collective": j.collective, **job_figures(reps, j.compute_ms / 1000, j.iterations)}
+            per[j.name] = {"collective": j.collective,
+                           **job_figures(reps, j.compute_ms / 1000, j.iterations, shift.get(j.name, 0.0))}
         if not per:
             return None
         start = min(f["begin"] for f in per.values() if "begin" in f) if any("begin" in f for f in per.values()) else 0
@@ -415,10 +427,11 @@ class Jobs(WorkloadKind):
             if "begin" in f:
                 f["ends_s"] = [round(t - start, 3) for t in f.pop("ends")]
                 f.pop("begin")
-        asg = getattr(plan, "assignment", None) or json.loads((run_dir / "assignment.json").read_text())
         for name, a in asg["jobs"].items():
             if name in per:
                 per[name].update({k: a[k] for k in ("intensity", "priority", "level", "queue", "dscp")})
+                if "offset_s" in a:
+                    per[name]["offset_s"] = a["offset_s"]
         return {"kind": "jobs", "policy": w.policy, "jobs": per, "cluster_gpu_util": cluster_util(per),
                 "assignment": asg, "congestion": congestion_of(reports)}
 
@@ -441,6 +454,9 @@ class Jobs(WorkloadKind):
         return {"jobs": {"policy": ws[0]["policy"], "per_job": jobs,
                          "cluster_gpu_util": _mmm([w["cluster_gpu_util"] for w in ws])}}
 
+    def across_variants(self, results):
+        return paired(results)
+
     def summary_table(self, results):
         rows = [("variant", "policy", "cluster GPU util", *(f"{n} util" for n in _job_names(results)))]
         for name, v in results["variants"].items():
@@ -453,7 +469,7 @@ class Jobs(WorkloadKind):
         width = max(len(r) for r in rows)
         rows = [r + ("",) * (width - len(r)) for r in rows]
         w = [max(len(str(r[i])) for r in rows) for i in range(width)]
-        out = [f"experiment {results['experiment']}: GPU utilisation (compute / wall time), min/median/max over "
+        out = [f"experiment {results['experiment']}: GPU utilisation (compute done in the window / the window), min/median/max over "
                f"{results['repetitions']} repetition(s); cluster = weighted by ranks"]
         out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
         for name, v in results["variants"].items():
@@ -461,6 +477,10 @@ class Jobs(WorkloadKind):
                 out.append(f"{name} / {n}: {f['ranks']} ranks, compute {f['compute_ms']} ms, iteration "
                            f"{_fmt(f['iteration_ms'])} ms, exposed comm {_fmt(f['exposed_ms'])} ms, intensity "
                            f"{_fmt(f['intensity'])}, level {f['level']}, dscp {f['dscp']} (medians per run)")
+        for cname, against in (results.get("paired") or paired(results).get("paired") or {}).items():
+            for bname, p in against.items():
+                out.append(f"{cname} - {bname} ({p['policy']}), paired by hash seed over {p['n']}: cluster GPU util "
+                           f"{_fmt(p['diff_mmm'])}, gain {_fmt(p['gain_pct_mmm'])} % (min/median/max)")
         return "\n".join(out)
 
     def plot(self, results, path):
@@ -508,6 +528,41 @@ class Jobs(WorkloadKind):
 
     def raw_needed(self, raw):
         return [raw / "pathmap.json"]
+
+
+def paired(results: dict) -> dict:
+    """Crux against every other policy, repetition by repetition. Repetition k of every variant meets the
+    same hash placement (seed HASH_SEED_BASE + k), so the pairs are by hash seed. Variants compare when they
+    run the same jobs (by name); for each crux variant and each other variant of its jobs: per seed, the
+    cluster GPU utilisations' difference (crux minus the other) and relative gain (%), and their
+    min/median/max. Seeds where either side has no finished repetition are left out (``n`` says how many
+    pairs there are)."""
+    def util(v: dict) -> list[float | None]:
+        return [(r.get("workload") or {}).get("cluster_gpu_util") for r in v.get("runs", [])]
+
+    groups: dict[tuple, list[tuple[str, str, dict]]] = {}
+    for name, v in results.get("variants", {}).items():
+        j = v.get("jobs")
+        if j:
+            groups.setdefault(tuple(sorted(j["per_job"])), []).append((name, j["policy"], v))
+    out: dict = {}
+    for members in groups.values():
+        for cname, cpol, cv in members:
+            if cpol != "crux":
+                continue
+            against = {}
+            for bname, bpol, bv in members:
+                if bpol == "crux":
+                    continue
+                pairs = [(k, a, b) for k, (a, b) in enumerate(zip(util(cv), util(bv))) if a is not None and b is not None]
+                diff = [round(a - b, 4) for _k, a, b in pairs]
+                gain = [round(100 * (a - b) / b, 1) if b > 0 else None for _k, a, b in pairs]
+                against[bname] = {"policy": bpol, "seeds": [HASH_SEED_BASE + k for k, _a, _b in pairs],
+                                  "diff": diff, "gain_pct": gain, "n": len(pairs),
+                                  "diff_mmm": _mmm(diff), "gain_pct_mmm": _mmm(gain)}
+            if against:
+                out[cname] = against
+    return {"paired": out} if out else {}
 
 
 def _job_names(results: dict) -> list[str]:
