@@ -104,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worse", type=int, default=2, help="runs of the worse configuration")
     ap.add_argument("--out", default=str(ROOT / "results" / "baseline-gate"))
     ap.add_argument("--baseline", default=str(ROOT / "results" / "link-failure"))
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args(argv)
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     from hpnlab import provenance
 
     out = Path(a.out)

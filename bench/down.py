@@ -70,7 +70,10 @@ def main() -> int:
     ap.add_argument("--deployed-only", action="store_true", help="deploy without waiting for health")
     ap.add_argument("--settle", type=float, default=30.0, help="seconds a --deployed-only lab runs before down")
     ap.add_argument("--json", type=Path, help="write the rows to this file")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     args = ap.parse_args()
+    machineload.settle_or_exit(args.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     report = []
     for spec in args.specs:
         from hpnlab.spec import load_spec

@@ -89,7 +89,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ipmininet-python", help="a Python that imports ipmininet")
     ap.add_argument("--runs", type=int, default=5)
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     args = ap.parse_args()
+    machineload.settle_or_exit(args.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     if subprocess.run(["pgrep", "-x", "zebra|bgpd"], capture_output=True).stdout.strip():
         print("some zebra/bgpd already runs on this machine: the IPMininet half counts daemons by name; stop them")
         return 2

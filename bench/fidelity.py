@@ -227,7 +227,10 @@ def main() -> int:
     ap.add_argument("-n", "--repetitions", type=int, default=3)
     ap.add_argument("--conditions", default="idle,hog,1-core")
     ap.add_argument("--rejudge", action="store_true", help="judge the runs already in OUT/runs again, run nothing")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args()
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     if os.geteuid() != 0:
         print("bench/fidelity.py: needs root (it brings labs up and makes cgroups)", file=sys.stderr)
         return 2

@@ -111,7 +111,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--runtime", default="netns", help="comma-separated: netns, clab (default netns)")
     ap.add_argument("--json", type=Path, help="write every run to this file")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args()
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     rows = []
     for spec in a.specs or [None]:
         for runtime in a.runtime.split(","):

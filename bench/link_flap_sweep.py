@@ -247,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-ms", type=float, default=100)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--analyse", action="store_true", help="only recompute sweep.json, summary.txt, plot.png from raw/")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args(argv)
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     a.out.mkdir(parents=True, exist_ok=True)
     failed = 0
     todo = [(v, float(p), int(c)) for v, p, c in (x.split(":") for x in a.points)] if a.points else \

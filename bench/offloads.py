@@ -88,7 +88,10 @@ def main() -> int:
     ap.add_argument("--congestion", default="cubic")
     ap.add_argument("--json", help="write every run and the medians here")
     ap.add_argument("--append", action="store_true", help="add these runs to those already in --json")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args()
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     rates = [float(r) for r in a.rates.split(",") if r.strip()]
     load = os.getloadavg()
     before = {"invocations": [], "runs": {}}

@@ -64,7 +64,10 @@ def main() -> int:
     p.add_argument("--rates", default="2000,5000,10000,20000")
     p.add_argument("--flows", type=int, default=64)
     p.add_argument("--json", type=Path, help="write the rows to this file")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(p)
     a = p.parse_args()
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     teardown()
     setup()
     rows = []

@@ -93,7 +93,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--queues", type=int, default=2, choices=(2, 3))
     ap.add_argument("--json", help="write every run and the min/median/max here")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args()
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     tmp = Path("/tmp/hpnlab-bench-qos")
     tmp.mkdir(exist_ok=True)
     runs = []

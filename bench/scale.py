@@ -415,7 +415,11 @@ def main() -> int:
     ap.add_argument("--out", default=str(OUT), help="directory for scale.json and plot.png")
     ap.add_argument("--plot-only", action="store_true")
     ap.add_argument("--table", action="store_true", help="print the recorded runs as a Markdown table and exit")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args()
+    if not a.table and not a.plot_only:  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
+        machineload.settle_or_exit(a.busy_ok)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     db = out / "scale.json"

@@ -150,7 +150,11 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "scale" / "vs-ipmininet.json"))
     ap.add_argument("--append", action="store_true", help="keep --out's runs and add these after them "
                                                           "(a ladder run in parts)")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args()
+    if not a.table:  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
+        machineload.settle_or_exit(a.busy_ok)
     if a.table:
         print(table(json.loads(Path(a.out).read_text())))
         return 0

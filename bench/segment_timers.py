@@ -325,7 +325,10 @@ def main() -> int:
                     help="seconds of CPU measured on a lab that did not verify, before it goes (default 30)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--summary", action="store_true", help="only rewrite summary.txt from results.json")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args()
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / "results.json"
     doc = json.loads(path.read_text()) if path.exists() else {}

@@ -61,7 +61,10 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=96, help="events of the last minute in the file (default 96, "
                     "what a segment host agent's held 20 s after its bring-up)")
     ap.add_argument("--json", type=Path, help="write the figures here, with the provenance")
+    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args()
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     from hpnlab.node import agent
     from hpnlab.node.host import HostAgent
 

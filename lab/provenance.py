@@ -2,7 +2,8 @@
 ``provenance`` (docs/results.md). Every figure is read here and never raises: what cannot be read is
 "unknown" (a wheel install has no git checkout, a machine without FRR has no zebra).
 
-``collect`` is the machine and the code when a run starts; ``summarise`` adds what the variants ran (the
+``collect`` is the machine and the code when a run starts (with the load and CPU pressure the quiet-machine
+check read before it: hpnlab.machineload); ``summarise`` adds what the variants ran (the
 congestion control their workload sockets reported, the hosts' driver), read from the results' variants;
 ``code`` is the hpnlab that ran (or re-analysed) them.
 """
@@ -17,7 +18,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from hpnlab import netdefaults
+from hpnlab import machineload, netdefaults
 
 UNKNOWN = "unknown"
 ZEBRA = Path("/usr/lib/frr/zebra")
@@ -149,7 +150,15 @@ def collect() -> dict:
             "cores": cores(),
             # The machine-wide values every namespace shares, and the root's TCP buffer bounds (which a
             # lab's hosts override with host_tcp_buffers): hpnlab.netdefaults.
-            "root_sysctls": netdefaults.read_shared(), "host_tcp_buffers": dict(netdefaults.HOST_TCP_BUFFERS)}
+            "root_sysctls": netdefaults.read_shared(), "host_tcp_buffers": dict(netdefaults.HOST_TCP_BUFFERS),
+            "machine_load": machine_load()}
+
+
+def machine_load() -> dict:
+    """The load and CPU pressure before the run started (hpnlab.machineload.settle's record), or, where no
+    check ran in this process, a reading now, marked ``checked: false``."""
+    rec = machineload.last()
+    return dict(rec, checked=True) if rec is not None else {"at_collect": machineload.read(), "checked": False}
 
 
 def summarise(variants: dict[str, dict]) -> dict:

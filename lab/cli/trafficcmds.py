@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from hpnlab import machineload
 from hpnlab import runtime as runtimes
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import need_root, open_lab, resolve_lab
@@ -52,6 +53,9 @@ def run_cmd(args) -> int:
     else:
         runner.refuse_on_this_kernel(exp, args.runtime)  # one line, before anything is printed or created
         bar = Progress(quiet=args.json)
+        # a quiet machine first (bounded wait), or one line and exit 2 unless --busy-ok: results.json's
+        # provenance.machine_load holds the readings
+        machineload.settle(args.busy_ok, progress=bar.phase)
         durs = sorted({p.duration for p in exp.plans}) or [exp.doc.duration]
         each = f"{durs[0]:g}" if len(durs) == 1 else f"{durs[0]:g}-{durs[-1]:g}"
         bar.phase(f"experiment {exp.name}: {len(exp.plans)} variant(s) x {exp.doc.repetitions} repetition(s) x "
@@ -347,6 +351,7 @@ def add_parsers(sub) -> None:
     r.add_argument("--json", action="store_true", help="print a JSON digest instead of the table")
     r.add_argument("--force", action="store_true", help="replace the results an --out folder already holds "
                                                         "(refused without it, shipped results included)")
+    machineload.add_argument(r)
     r.add_argument("--reanalyse", action="store_true",
                    help="recompute results.json, plot and summary from DIR/raw without running anything")
     r.add_argument("--baseline", metavar="BASEDIR",
