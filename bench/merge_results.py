@@ -5,7 +5,8 @@ into one results folder: results.json with every part's variants, summary.txt, p
 Why: the lab lock is shared, and a long experiment is run one variant (or a few) per acquisition; each part
 is a complete run of its variants, with its own provenance, kept under ``parts`` (the part's folder, when
 it started and finished, its commit and whether the tree was dirty, and the code that re-analysed it if
-``--reanalyse`` did). Nothing is recomputed from raw/:
+``--reanalyse`` did); the merged ``provenance`` names every part's commit (``commits``) and is dirty when
+any part was. Nothing is recomputed from raw/:
 each variant's figures are the part's own. Usage:
 
   .venv/bin/python bench/merge_results.py results/gray-failure /tmp/gf/bfd-uplink /tmp/gf/prober-uplink ...
@@ -35,6 +36,7 @@ def merge(parts: list[dict], names: list[str]) -> dict:
             if v in out["variants"]:
                 raise SystemExit(f"merge_results: variant {v} is in more than one part")
             out["variants"][v] = rec
+    out["provenance"] = merged_provenance([p.get("provenance") or {} for p in parts])
     out["started"] = min(p["started"] for p in parts)
     out["finished"] = max(p["finished"] for p in parts)
     out["parts"] = [{"from": name, "variants": list(p["variants"]), "started": p["started"],
@@ -42,6 +44,23 @@ def merge(parts: list[dict], names: list[str]) -> dict:
                      "dirty": p.get("provenance", {}).get("dirty"),
                      **({"reanalysed_by": p["reanalysed_by"]} if p.get("reanalysed") else {})}
                     for p, name in zip(parts, names)]
+    return out
+
+
+def merged_provenance(provs: list[dict]) -> dict:
+    """The first part's provenance (its machine and software), with every part's code: ``commits`` (each
+    part's, in order), ``parts_dirty``; ``commit`` the one they share or "several"; ``dirty`` true when any
+    part's was, false when none was, else "unknown"; ``dirty_paths`` every part's, together ("unknown"
+    when a part could not tell)."""
+    out = dict(provs[0]) if provs else {}
+    commits = [p.get("commit", "unknown") for p in provs]
+    dirty = [p.get("dirty", "unknown") for p in provs]
+    paths = [p.get("dirty_paths", "unknown") for p in provs]
+    out["commits"], out["parts_dirty"] = commits, dirty
+    out["commit"] = commits[0] if len(set(commits)) == 1 else "several"
+    out["dirty"] = True if True in dirty else (False if all(d is False for d in dirty) else "unknown")
+    out["dirty_paths"] = (sorted({x for p in paths for x in p}) if all(isinstance(p, list) for p in paths)
+                          else "unknown")
     return out
 
 

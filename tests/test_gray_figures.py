@@ -158,6 +158,12 @@ def test_merging_a_run_made_in_parts():
     m = mr.merge([a, b], ["A", "B"])
     assert list(m["variants"]) == ["bfd-uplink", "fault-free"] and (m["started"], m["finished"]) == (10.0, 45.0)
     assert [(p["from"], p["commit"], p["dirty"]) for p in m["parts"]] == [("A", "c1", False), ("B", "c2", True)]
+    # the merged provenance names every part's commit, and is dirty when one part was
+    assert m["provenance"]["commits"] == ["c1", "c2"] and m["provenance"]["commit"] == "several"
+    assert m["provenance"]["dirty"] is True and m["provenance"]["parts_dirty"] == [False, True]
+    clean = mr.merge([a, {**b, "provenance": {"commit": "c1", "dirty": False, "dirty_paths": []}}], ["A", "B"])
+    assert clean["provenance"]["commit"] == "c1" and clean["provenance"]["dirty"] is False
+    assert clean["provenance"]["dirty_paths"] == "unknown"  # part A could not tell
     with pytest.raises(SystemExit, match="different experiments"):
         mr.merge([a, {**b, "experiment": "dlb"}], ["A", "B"])
     with pytest.raises(SystemExit, match="in more than one part"):
