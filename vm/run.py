@@ -343,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = list(KERNELS) if args.kernel == "all" else args.kernel.split(",")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = [run_kernel(img, rel, steps, out, args.accel, args.timeout) for rel in pick_kernels(img, wanted)]
+    prov = {**source_commit(), "host_kernel": os.uname().release}  # the code the VMs ran (its stamp's commit)
+    results = [{**run_kernel(img, rel, steps, out, args.accel, args.timeout), "provenance": prov}
+               for rel in pick_kernels(img, wanted)]
     (out / "vm-results.json").write_text(json.dumps(results, indent=1))
     for r in results:
         print(line(r))
