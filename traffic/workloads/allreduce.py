@@ -159,7 +159,7 @@ class AllReduce(WorkloadKind):
                "ranks": r0["ranks"], "bytes_per_iteration": r0["bytes_per_iteration"] * len(w.rails or [0]),
                "iterations": iterations, "resent_segments": sum(r["resent_segments"] for r in reps),
                "duplicate_segments": sum(r["duplicate_segments"] for r in reps), "congestion": congestion_of(reps),
-               "timeout_s": w.timeout_s, **deaths(reps)}
+               "timeout_s": w.timeout_s, "placement": w.placement, "size_bytes": w.size_kb * 1024, **deaths(reps)}
         if w.order != "listed" or w.rails is not None:
             out["rings"] = {str(rail): ring for rail, ring in self.rings(plan).items()}
         if w.order != "listed" or w.rails is not None or w.fabric_bytes:
@@ -218,13 +218,16 @@ class AllReduce(WorkloadKind):
 
 
     def aggregate(self, runs):
-        """Ring order and fabric bytes over the repetitions (only where the run asked for them: an all-reduce
-        without order, rails or fabric_bytes aggregates nothing, as before)."""
+        """The set-up every variant states (connections, select, placement, bytes), and the ring order and
+        fabric bytes over the repetitions where the run asked for them (order, rails or fabric_bytes)."""
         ws = [r.get("workload") or {} for r in runs]
+        # what was held equal, or not, between variants: every variant states it (summary_lines prints it)
+        setup = {k: _same([w.get(k) for w in ws]) for k in SETUP_KEYS}
         if not any("fabric" in w or "rings" in w for w in ws):
-            return {}
+            return {"allreduce": setup} if setup["connections"] is not None else {}
         fab = [w.get("fabric") or {} for w in ws]
         return {"allreduce": {
+            **setup,
             # ms per iteration, first to last iteration of each run
             "iteration_ms": summarise([w.get("iteration_ms") for w in ws]),
             "rings": next((w["rings"] for w in ws if w.get("rings")), None),
@@ -237,7 +240,12 @@ class AllReduce(WorkloadKind):
             return []
         med = lambda st, f="{:g}": "-" if not st or st.get("median") is None else (  # noqa: E731
             f"{f.format(st['median'])} [{f.format(st['min'])}-{f.format(st['max'])}]")
-        out = [f"{vname}: all-reduce {med(a['iteration_ms'])} ms per iteration; rings {a.get('rings')}"]
+        setup = "" if a.get("connections") is None else (
+            f"; {a['connections']} connection(s) per peer, select {a.get('select')}, placement {a.get('placement')}, "
+            f"{a.get('size_bytes')} B reduced ({a.get('bytes_per_iteration')} B sent per rank) per iteration")
+        if "iteration_ms" not in a:
+            return [f"{vname}: all-reduce{setup}"] if setup else []
+        out = [f"{vname}: all-reduce {med(a['iteration_ms'])} ms per iteration; rings {a.get('rings')}{setup}"]
         if a["expected_bytes"]["n"]:
             mb = "{:.2f}"
             m = {k: {x: (y / 1e6 if isinstance(y, (int, float)) and x != "n" else y) for x, y in a[k].items()}
@@ -246,6 +254,19 @@ class AllReduce(WorkloadKind):
                        f"uplinks, {med(m['expected_bytes'], mb)} MB of ring payload ({a['crossing_edges']} crossing "
                        f"edges x 2(n-1)/n x size), measured {med(a['measured_pct'])} % of it")
         return out
+
+
+# A variant's set-up as its runs report it: connections per peer, how segments pick a connection, how the
+# connections' source ports are placed, the bytes reduced per iteration and each rank's bytes sent per iteration.
+SETUP_KEYS = ("connections", "select", "placement", "size_bytes", "bytes_per_iteration")
+
+
+def _same(values: list):
+    """The one value every run reported (None where none did); the distinct values, sorted, where they differ."""
+    got = {json.dumps(v, sort_keys=True) for v in values if v is not None}
+    if len(got) > 1:
+        return sorted(json.loads(v) for v in got)
+    return json.loads(got.pop()) if got else None
 
 
 RING_PORT = 17000  # one ring: the node program's default port
