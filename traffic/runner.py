@@ -70,6 +70,8 @@ class Repetition:
             frr_from = slip.frr_offsets(logs)  # the slip guard counts FRR's warnings logged from here on
             with lateness.CpuSampler(tasks=self.lab.meter_tasks()) as cpu:
                 rep = self._run()
+            # the lab as the traffic left it: what the workload reads of it (per-flow paths, FIB weights)
+            workloads.get(self.plan.workload.kind).after_repetition(self.lab, self.plan, self.dir)
             if self.lab.runtime.shares_kernel:  # else this machine's CPU is not the one the lab runs on
                 cpu.save(self.dir / "cpu.json")
             timers, events, gaps = self.lab.agent_records()

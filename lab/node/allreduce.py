@@ -142,6 +142,7 @@ class Ring:
         self.stall = stall
         self.payload = bytes(segment)
         self.out: list[Conn] = []
+        self.local_ports: list[int] = []  # the outgoing connections' source ports, once connected
         self.inc: list[Conn] = []
         self.received: dict[int, set[int]] = collections.defaultdict(set)  # step -> segments seen
         self.nseg: dict[int, int] = {}  # step -> segments in it
@@ -190,6 +191,9 @@ class Ring:
             except (socket.timeout, OSError):
                 pass
         lsock.close()
+        # the source ports the outgoing connections have (the kernel's where --sports gave none): a path
+        # check re-probes these 5-tuples after the run (hpnlab.traffic.pathcheck)
+        self.local_ports = [c.sock.getsockname()[1] for c in self.out]
         for c in self.out + self.inc:
             c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             c.sock.setblocking(False)
@@ -340,7 +344,8 @@ class Ring:
                 "iterations": iterations, "steps": step, "resent_segments": self.resent,
                 "duplicate_segments": self.dups, "stalls": [c.stalls for c in self.out], "congestion": ran,
                 "timeout_s": self.watchdog.timeout, "aborted": aborted, "dscp": self.dscp,
-                "compute_s": self.compute, "computed": computed, "sports": self.sports}
+                "compute_s": self.compute, "computed": computed, "sports": self.sports,
+                "local_ports": self.local_ports, "next": self.addrs[(self.rank + 1) % self.n]}
 
 
 def main(argv: list[str] | None = None) -> int:

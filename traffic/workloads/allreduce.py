@@ -141,6 +141,27 @@ class AllReduce(WorkloadKind):
                                            f"{t0:.3f}", "--out", out]})
         return procs
 
+    def after_repetition(self, lab, plan, run_dir):
+        """Per-flow multipath: every ring connection's 5-tuple re-probed, and the ToRs' FARE weights
+        (hpnlab.traffic.pathcheck)."""
+        from hpnlab.traffic import pathcheck
+
+        if not pathcheck.wanted(plan):
+            return
+        w = plan.workload
+        addr = {plan.host_ip(h, r): (h, r) for r in (w.rails or [w.rail]) for h in plan.cfgs
+                if plan.cfgs[h].role == "host" and plan.cfgs[h].nic(r)}
+        conns = []
+        for p in sorted(run_dir.glob("allreduce-*.json")):
+            rep = json.loads(p.read_text())
+            src, rail = addr.get(rep.get("addr"), (None, None))
+            dst = addr.get(rep.get("next"), (None, None))[0]
+            if src is not None and dst is not None:
+                conns += [{"src": src, "dst": dst, "sport": sp, "dport": self.port(w, rail), "rail": rail,
+                           "connection": i} for i, sp in enumerate(rep.get("local_ports") or [])]
+        if conns:
+            pathcheck.record(lab, plan, run_dir, conns)
+
     def result(self, plan, run_dir):
         reps = [json.loads(p.read_text()) for p in sorted(run_dir.glob("allreduce-*.json"))]
         if not reps:
@@ -169,6 +190,11 @@ class AllReduce(WorkloadKind):
         if w.fabric_bytes:
             out["fabric"] = fabric(plan, run_dir, self.rings(plan), per_rail,
                                    w.size_kb * 1024 // (len(w.rails) if w.rails else 1))
+        from hpnlab.traffic import pathcheck
+
+        check = pathcheck.read(run_dir)
+        if check is not None:
+            out["pathcheck"] = check
         return out
 
     def rate_series(self, w, t0, bin_s=0.25):
@@ -220,13 +246,16 @@ class AllReduce(WorkloadKind):
     def aggregate(self, runs):
         """The set-up every variant states (connections, select, placement, bytes), and the ring order and
         fabric bytes over the repetitions where the run asked for them (order, rails or fabric_bytes)."""
+        from hpnlab.traffic import pathcheck
+
+        checked = pathcheck.aggregate(runs)
         ws = [r.get("workload") or {} for r in runs]
         # what was held equal, or not, between variants: every variant states it (summary_lines prints it)
         setup = {k: _same([w.get(k) for w in ws]) for k in SETUP_KEYS}
         if not any("fabric" in w or "rings" in w for w in ws):
-            return {"allreduce": setup} if setup["connections"] is not None else {}
+            return {**({"allreduce": setup} if setup["connections"] is not None else {}), **checked}
         fab = [w.get("fabric") or {} for w in ws]
-        return {"allreduce": {
+        return {**checked, "allreduce": {
             **setup,
             # ms per iteration, first to last iteration of each run
             "iteration_ms": summarise([w.get("iteration_ms") for w in ws]),

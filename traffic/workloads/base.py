@@ -102,6 +102,11 @@ class WorkloadKind:
         """True when the workload ended the repetition early (its work is all delivered)."""
         return False
 
+    def after_repetition(self, lab, plan, run_dir: Path) -> None:
+        """On the running lab, right after a repetition's traffic ended (before the next one): read what only
+        the lab can tell into ``run_dir`` for ``result`` (the all-reduce's and elephants' path check)."""
+        return None
+
     def result(self, plan, run_dir: Path) -> dict | None:
         """The repetition's workload report, read from run_dir; a TCP kind's has ``congestion``: the
         algorithm its sockets ran, as its programs read it back (``congestion_of``)."""

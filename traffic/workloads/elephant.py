@@ -122,15 +122,31 @@ class Elephant(WorkloadKind):
         time.sleep(0.3)  # the samplers see the ports go idle
         return senders_done(procs, "elephant-tx", ("elephant-rx", "linkstats"))
 
-    def result(self, plan, run_dir):
-        from hpnlab.traffic import bulk
+    def after_repetition(self, lab, plan, run_dir):
+        """Per-flow multipath: every flow's 5-tuple re-probed beside the path the variant's map predicted for
+        it, and the ToRs' FARE weights (hpnlab.traffic.pathcheck)."""
+        from hpnlab.traffic import bulk, pathcheck
 
-        return bulk.result(plan, run_dir)
+        if not pathcheck.wanted(plan) or not (run_dir / "flows.json").exists():
+            return
+        flows = json.loads((run_dir / "flows.json").read_text())
+        pathcheck.record(lab, plan, run_dir, [
+            {"src": f["src"], "dst": f["dst"], "sport": f["sport"], "dport": bulk.PORT, "rail": plan.workload.rail,
+             "predicted_tor": f.get("tor"), "predicted_agg": f.get("agg")} for f in flows])
+
+    def result(self, plan, run_dir):
+        from hpnlab.traffic import bulk, pathcheck
+
+        out = bulk.result(plan, run_dir)
+        check = pathcheck.read(run_dir)
+        if out is not None and check is not None:
+            out["pathcheck"] = check
+        return out
 
     def aggregate(self, runs):
-        from hpnlab.traffic import bulk
+        from hpnlab.traffic import bulk, pathcheck
 
-        return {"bulk": bulk.aggregate(runs)}
+        return {"bulk": bulk.aggregate(runs), **pathcheck.aggregate(runs)}
 
     own_report = True  # the path-map and bulk figures (and the load-balance plot) replace the probes' table
 
