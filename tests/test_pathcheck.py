@@ -78,3 +78,35 @@ def test_connections_per_uplink_and_the_variants_aggregate():
     assert agg["on_uplink"] == {"s0r0a>agg0-0": [1, 0], "s0r0a>agg0-1": [2, 1]}
     assert agg["moved_from_map"] == [1, 0] and agg["errors"] == []
     assert pathcheck.aggregate([{"workload": {}}]) == {}
+
+
+def test_a_raw_syn_is_the_segment_a_connection_would_send():
+    from scapy.all import IP, TCP
+
+    from hpnlab.node.craft import syn_segment
+
+    seg = syn_segment("10.0.0.1", 40000, "10.0.1.2", 17000)
+    p = IP(src="10.0.0.1", dst="10.0.1.2") / TCP(seg)
+    sent = p[TCP].chksum
+    del p[TCP].chksum
+    again = IP(bytes(p))[TCP]
+    assert (again.sport, again.dport, str(again.flags)) == (40000, 17000, "S") and again.chksum == sent
+
+
+def test_a_probe_of_a_port_still_held_goes_out_raw(monkeypatch):
+    """The run's own connection holds the source port (TIME_WAIT): binding it fails, the SYN goes raw."""
+    import socket
+
+    from hpnlab.node import craft
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    sent = []
+    monkeypatch.setattr(craft, "_send_raw_syn", lambda *a: sent.append(a))
+    try:
+        craft._send_probe("tcp", "127.0.0.1", port, "127.0.0.1", 9, 1)
+    finally:
+        held.close()
+    assert sent == [("127.0.0.1", port, "127.0.0.1", 9, 1)]

@@ -32,20 +32,57 @@ def _quiet_scapy():
 
 def _send_probe(proto: str, src: str, sport: int, dst: str, dport: int, ttl: int) -> None:
     """One packet with this 5-tuple and TTL, through the kernel (so its ECMP hash picks the port). TCP:
-    a non-blocking connect sends the SYN; closing in SYN-SENT sends nothing more."""
+    a non-blocking connect sends the SYN; closing in SYN-SENT sends nothing more. A TCP source port still
+    held (a connection of that 5-tuple just closed, in TIME_WAIT: re-probing a run's own connections) cannot
+    be bound: the SYN then goes out of a raw socket, which the kernel routes, and the bond and the switches
+    hash, as the connection's packets (they hash the headers, not the socket)."""
     kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
     s = socket.socket(socket.AF_INET, kind)
     try:
         s.setblocking(False)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
-        s.bind((src, sport))
+        try:
+            s.bind((src, sport))
+        except OSError:
+            if proto != "tcp":
+                raise
+            _send_raw_syn(src, sport, dst, dport, ttl)
+            return
         if proto == "tcp":
             s.connect_ex((dst, dport))
         else:
             s.sendto(b"hpnlab-path-probe", (dst, dport))
     finally:
         s.close()
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def syn_segment(src: str, sport: int, dst: str, dport: int, seq: int = 0x68706E6C) -> bytes:
+    """A TCP SYN header (20 bytes, no options) with its checksum over the IPv4 pseudo-header."""
+    import struct
+
+    hdr = struct.pack("!HHIIBBHHH", sport, dport, seq, 0, 5 << 4, 0x02, 64240, 0, 0)
+    pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, socket.IPPROTO_TCP, len(hdr))
+    return hdr[:16] + _checksum(pseudo + hdr).to_bytes(2, "big") + hdr[18:]
+
+
+def _send_raw_syn(src: str, sport: int, dst: str, dport: int, ttl: int) -> None:
+    r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+    try:
+        r.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+        r.bind((src, 0))
+        r.sendto(syn_segment(src, sport, dst, dport), (dst, 0))
+    finally:
+        r.close()
 
 
 def paths(src: str, dst: str, gateway: str, sports: list[int], ifaces: list[str], dport: int = 33434,
