@@ -12,6 +12,12 @@ inside the labs inherit); the results go into this tree's results/.
     sudo .venv/bin/python bench/rerun_results.py                      # every failover experiment, at HEAD
     sudo .venv/bin/python bench/rerun_results.py link-failure tor-failure --commit 1a2b3c4
     sudo .venv/bin/python bench/rerun_results.py --list
+    sudo .venv/bin/python bench/rerun_results.py --bench 'gray_prober.py --json results/gray-prober/gray.json'
+
+``--bench 'SCRIPT ARGS'`` runs a bench script of the worktree instead (repeatable, in order, after the
+experiments named): it writes into the worktree's results/, and every file it added or changed there is
+copied into this tree's results/ afterwards (a JSON among them that does not record the commit and clean
+code fails the run).
 
 Nothing else should run meanwhile: the figures are timings on a 2-core machine. Each ``hpnlab run`` waits
 for a quiet machine and refuses a busy one (--busy-ok passes on to it). An experiment that fails, or whose
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -96,12 +103,46 @@ def check_made_from(results: Path, commit: str) -> str | None:
     return None
 
 
+def copy_results(tree: Path, root: Path = ROOT) -> list[str]:
+    """Copy every file under ``tree``/results that git sees changed or added there into ``root``/results;
+    the paths copied, relative to the repository."""
+    r = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "-z", "--untracked-files=all", "--", "results"],
+                       capture_output=True, text=True, check=True)
+    out = []
+    for e in r.stdout.split("\0"):
+        rel = e[3:]
+        if len(e) > 3 and (tree / rel).is_file():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(tree / rel, root / rel)
+            out.append(rel)
+    return sorted(out)
+
+
+def run_bench(spec: str, tree: Path, env: dict, commit: str, busy_ok: bool) -> str | None:
+    """One bench script of the worktree ('SCRIPT ARGS'), its results copied here; why it failed, or None."""
+    argv = shlex.split(spec)
+    script = tree / "bench" / argv[0]
+    if not argv or not script.is_file():
+        return f"no bench script '{argv[0] if argv else spec}' in bench/"
+    r = subprocess.run([sys.executable, str(script), *argv[1:], *(["--busy-ok"] if busy_ok else [])],
+                       cwd=tree, env=env)
+    copied = copy_results(tree)
+    print(f"== {argv[0]}: copied {', '.join(copied) or 'nothing'}", flush=True)
+    if r.returncode != 0:
+        return f"exit {r.returncode}"
+    bad = [f"{rel}: {why}" for rel in copied if rel.endswith(".json")
+           and (why := check_made_from(ROOT / rel, commit))]
+    return "; ".join(bad) or (None if copied else "it wrote nothing under results/")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help="experiments to run (default: all)")
     ap.add_argument("--list", action="store_true", help="print the experiments and stop")
     ap.add_argument("--commit", default="HEAD", help="the commit to run (default HEAD); its clean worktree runs")
     ap.add_argument("--busy-ok", action="store_true", help="passed to hpnlab run: measure on a busy machine too")
+    ap.add_argument("--bench", action="append", default=[], metavar="'SCRIPT ARGS'",
+                    help="a bench script of the worktree to run (repeatable); its results are copied here")
     a = ap.parse_args(argv)
     known = dict(EXPERIMENTS)
     if a.list:
@@ -122,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(package_shim(tree, tmp / "shim")), *filter(None, [os.environ.get("PYTHONPATH")])])}
         print(f"== running commit {commit} from a clean worktree at {tree}", flush=True)
-        for name in a.names or list(known):
+        for name in a.names or ([] if a.bench else list(known)):
             t = time.monotonic()
             out = ROOT / "results" / name
             print(f"== {name}", flush=True)
@@ -133,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
             if r.returncode != 0 or why:
                 failed.append(name)
+        for spec in a.bench:
+            t = time.monotonic()
+            print(f"== {spec}", flush=True)
+            why = run_bench(spec, tree, env, commit, a.busy_ok)
+            print(f"== {spec}: {why or 'ok'} in {time.monotonic() - t:.0f} s", flush=True)
+            if why:
+                failed.append(spec)
     finally:
         remove_worktree(tmp / "tree")
         shutil.rmtree(tmp, ignore_errors=True)

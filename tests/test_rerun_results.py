@@ -66,3 +66,17 @@ def test_a_result_not_made_from_the_commit_or_dirty_is_named(tmp_path):
     assert "not" in rerun.check_made_from(p, "b" * 40)
     p.write_text(json.dumps({"provenance": {"commit": "a" * 40, "dirty": True, "dirty_paths": ["lab/x.py"]}}))
     assert "dirty" in rerun.check_made_from(p, "a" * 40)
+
+
+def test_a_benchs_results_written_in_the_worktree_are_copied_here(tmp_path):
+    head = rerun.resolve_commit("HEAD")
+    tree = rerun.add_worktree(head, tmp_path / "tree")
+    try:
+        (tree / "results" / "new-bench").mkdir(parents=True)
+        (tree / "results" / "new-bench" / "x.json").write_text('{"provenance": {}}')
+        root = tmp_path / "root"
+        assert rerun.copy_results(tree, root) == ["results/new-bench/x.json"]
+        assert (root / "results" / "new-bench" / "x.json").read_text() == '{"provenance": {}}'
+        assert rerun.run_bench("no_such_bench.py", tree, {}, head, False).startswith("no bench script")
+    finally:
+        rerun.remove_worktree(tree)
