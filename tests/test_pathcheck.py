@@ -109,4 +109,6 @@ def test_a_probe_of_a_port_still_held_goes_out_raw(monkeypatch):
         craft._send_probe("tcp", "127.0.0.1", port, "127.0.0.1", 9, 1)
     finally:
         held.close()
-    assert sent == [("127.0.0.1", port, "127.0.0.1", 9, 1)]
+    # out of the interface the 5-tuple's route takes (a raw socket's own route would ignore the ports)
+    assert sent == [("127.0.0.1", port, "127.0.0.1", 9, 1, craft.route_dev("127.0.0.1", port, "127.0.0.1", 9))]
+    assert sent[0][5] == "lo"

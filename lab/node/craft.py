@@ -34,8 +34,11 @@ def _send_probe(proto: str, src: str, sport: int, dst: str, dport: int, ttl: int
     """One packet with this 5-tuple and TTL, through the kernel (so its ECMP hash picks the port). TCP:
     a non-blocking connect sends the SYN; closing in SYN-SENT sends nothing more. A TCP source port still
     held (a connection of that 5-tuple just closed, in TIME_WAIT: re-probing a run's own connections) cannot
-    be bound: the SYN then goes out of a raw socket, which the kernel routes, and the bond and the switches
-    hash, as the connection's packets (they hash the headers, not the socket)."""
+    be bound: the SYN then goes out of a raw socket. The kernel routes a raw socket's packets without their
+    ports, so on a host with a multipath route (the userspace host driver's, one nexthop per port) it would
+    pick the port by addresses alone; the port the 5-tuple's route takes (``ip route get`` with its ports)
+    is asked first and the raw socket bound to it. Beyond it the bond and the switches hash the packet's
+    headers, as they do the connection's."""
     kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
     s = socket.socket(socket.AF_INET, kind)
     try:
@@ -47,7 +50,7 @@ def _send_probe(proto: str, src: str, sport: int, dst: str, dport: int, ttl: int
         except OSError:
             if proto != "tcp":
                 raise
-            _send_raw_syn(src, sport, dst, dport, ttl)
+            _send_raw_syn(src, sport, dst, dport, ttl, route_dev(src, sport, dst, dport))
             return
         if proto == "tcp":
             s.connect_ex((dst, dport))
@@ -75,10 +78,24 @@ def syn_segment(src: str, sport: int, dst: str, dport: int, seq: int = 0x68706E6
     return hdr[:16] + _checksum(pseudo + hdr).to_bytes(2, "big") + hdr[18:]
 
 
-def _send_raw_syn(src: str, sport: int, dst: str, dport: int, ttl: int) -> None:
+def route_dev(src: str, sport: int, dst: str, dport: int) -> str | None:
+    """The interface the kernel routes this TCP 5-tuple out of (its multipath hash, ports included)."""
+    import subprocess
+
+    r = subprocess.run(["ip", "-j", "route", "get", dst, "from", src, "ipproto", "tcp", "sport", str(sport),
+                        "dport", str(dport)], capture_output=True, text=True, timeout=10)
+    try:
+        return json.loads(r.stdout)[0].get("dev") if r.returncode == 0 else None
+    except (ValueError, IndexError, AttributeError):
+        return None
+
+
+def _send_raw_syn(src: str, sport: int, dst: str, dport: int, ttl: int, dev: str | None = None) -> None:
     r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
     try:
         r.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+        if dev:
+            r.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, dev.encode())
         r.bind((src, 0))
         r.sendto(syn_segment(src, sport, dst, dport), (dst, 0))
     finally:
