@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"time_dilation_fit: {args.dir / 'results.json'}: {e}", file=sys.stderr)
         return 2
     analysis = dilationfit.analyse(results)
+    from hpnlab import provenance
+
+    # the fitting code's commit, and the run's it was fitted from (every JSON under results/ says what made it)
+    analysis["provenance"] = {**provenance.code(), "dirty_paths": provenance.dirty_paths(),
+                              "fitted_from": {k: (results.get("provenance") or {}).get(k) for k in ("commit", "dirty")}}
     (args.dir / "fit.json").write_text(json.dumps(analysis, indent=1) + "\n")
     for figure in dilationfit.FIGURES:
         print("\n".join(dilationfit.table(analysis, figure)))
