@@ -283,9 +283,7 @@ def assess(spec, have: dict[str, bool] | None = None, rel: str | None = None,
 
 def lab_held() -> dict[str, int]:
     """The machine-wide sysctls running labs raised, as they set them (their record; empty when none)."""
-    from hpnlab.runtime.base import NEIGH_RECORD
-
-    return neightable.held(NEIGH_RECORD)
+    return neightable.held(neightable.RECORD)
 
 
 CONGESTION_AVAILABLE = "net/ipv4/tcp_available_congestion_control"

@@ -35,6 +35,10 @@ SLACK = 1024  # the machine's own entries, probes and tools of other labs
 BACKLOG = "core/netdev_max_backlog"
 BACKLOG_PER_LINK = 10
 BACKLOG_DEFAULT = 1000  # the kernel's
+# The kernel's neighbour limits are the machine's, so their record is too, whatever a lab's state root
+# (under a root of its own, a lab once recorded another lab's raised value as the one to put back).
+# Not a lab name: a runtime's running_labs() never lists it.
+RECORD = Path("/run/hpnlab/.neigh-limits.json")
 
 
 def entries_needed(topo: dict, cfgs: dict) -> dict[str, int]:

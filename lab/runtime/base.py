@@ -34,10 +34,7 @@ from hpnlab.runtime.channel import Channel, NetnsChannel
 from hpnlab.spec import check_lab_name
 
 STATE_ROOT = Path(os.environ.get("HPNLAB_STATE_ROOT", "/run/hpnlab"))
-# The kernel's neighbour limits are the machine's, so their record is too, whatever a lab's state root
-# (under a root of its own, a lab once recorded another lab's raised value as the one to put back).
-# Not a lab name: running_labs() never lists it.
-NEIGH_RECORD = Path("/run/hpnlab/.neigh-limits.json")
+NEIGH_RECORD = neightable.RECORD  # the machine's record of raised neighbour limits (hpnlab.neightable)
 REGISTRY: dict[str, type["Runtime"]] = {}
 
 
