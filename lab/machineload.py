@@ -84,13 +84,14 @@ def settle(busy_ok: bool = False, max_wait_s: float = MAX_WAIT_S, progress: Call
            proc: Path = PROC, cores: int | None = None, sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic, poll_s: float = POLL_S) -> dict:
     """Wait (at most ``max_wait_s``) for a quiet machine; the record for the provenance. Still busy at the
-    end: MachineBusy (one line), unless ``busy_ok`` (or HPNLAB_BUSY_OK=1), then ``busy: true``."""
+    end: MachineBusy (one line). With ``busy_ok`` (or HPNLAB_BUSY_OK=1) it does not wait: the record says
+    ``busy: true`` where the machine is busy."""
     global _last
     busy_ok = busy_ok or busy_ok_from_env()
     start = read(proc, cores)
     now, t0 = start, clock()
     why = busy_reason(now)
-    while why and clock() - t0 < max_wait_s:
+    while why and not busy_ok and clock() - t0 < max_wait_s:  # told to go on: no wait, the record says busy
         progress(f"machine busy ({why}): waiting for it to quieten, {clock() - t0:.0f}/{max_wait_s:g} s")
         sleep(min(poll_s, max(0.0, max_wait_s - (clock() - t0))))
         now = read(proc, cores)
@@ -113,8 +114,8 @@ def last() -> dict | None:
 def add_argument(parser) -> None:
     """--busy-ok on a bench's or command's parser."""
     parser.add_argument("--busy-ok", action="store_true",
-                        help=f"measure even on a busy machine (after waiting up to {MAX_WAIT_S:g} s for it to "
-                             f"quieten); the result records busy: true. Also {ENV}=1")
+                        help=f"measure at once even on a busy machine (without it: wait up to {MAX_WAIT_S:g} s for "
+                             f"it to quieten, else refuse); the result records busy: true. Also {ENV}=1")
 
 
 def settle_or_exit(busy_ok: bool) -> dict:

@@ -80,6 +80,7 @@ def test_busy_ok_measures_anyway_and_records_busy(tmp_path, monkeypatch, how):
     rec = machineload.settle(how == "flag", max_wait_s=10, proc=fake_proc(tmp_path, 8.8, 92.5), cores=2,
                              sleep=clock.sleep, clock=clock, progress=lambda m: None)
     assert rec["busy"] is True and rec["busy_ok"] is True and "load average" in rec["busy_reason"]
+    assert rec["waited_s"] == 0 and clock.t == 0  # told to go on, it does not wait
     prov = provenance.collect()["machine_load"]
     assert prov["busy"] is True and prov["checked"] is True
 
