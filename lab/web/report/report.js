@@ -9,7 +9,7 @@
                    "#7f7f7f", "#393b79"];
   const DASH = [[], [7, 3], [2, 3], [10, 3, 2, 3], [1, 4], [14, 4]];
   const WORKLOAD = ["#111111", "#555555", "#8a8a8a", "#6d4c41", "#33691e", "#004d40"];
-  const FAULT_FILL = "rgba(213,0,0,0.05)";
+  const FAULT_FILL = "rgba(213,0,0,0.08)";
   const SHOWN_BINS = 150;  // a delivery chart's bins across its visible span (never finer than the data's)
   const KIND_ORDER = ["carrier", "micro-bfd", "lacp", "neighbour", "host-route", "nexthop", "stack", "fib"];
 
@@ -39,8 +39,12 @@
     return { hooks: { drawClear: [u => {
       const ctx = u.ctx, top = u.bbox.top, hgt = u.bbox.height;
       ctx.save();
-      const labelled = new Set();
+      const labelled = new Set(), merged = new Map();  // a fault's windows in the repetitions differ by ms: one band
       for (const w of getWindows()) {
+        const m = merged.get(w.label);
+        merged.set(w.label, m ? { label: w.label, a: Math.min(m.a, w.a), b: Math.max(m.b, w.b) } : w);
+      }
+      for (const w of merged.values()) {
         const a = u.valToPos(w.a, "x", true), b = u.valToPos(w.b, "x", true);
         const x0 = Math.max(u.bbox.left, Math.min(a, b)), x1 = Math.min(u.bbox.left + u.bbox.width, Math.max(a, b));
         if (x1 <= x0) continue;
@@ -196,7 +200,7 @@
       const binNote = h("span", {});
       const card = h("div", { class: "card", id: anchor(v.name) },
         h("h3", { text: v.name }), h("div", { class: "desc" }, [v.description, v.workload && v.workload !== "none" ?
-          `workload: ${v.workload}` : null].filter(Boolean).join(" · "), " · ", binNote));
+          `workload: ${v.workload}` : null].filter(Boolean).map(x => x + " · "), binNote));
       box.append(card);
       if (v.error) card.append(h("div", { class: "error", text: "FAILED: " + v.error }));
       if (!v.runs.length) { card.append(h("div", { class: "note", text: "no finished repetition" })); return; }
