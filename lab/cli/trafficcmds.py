@@ -346,7 +346,8 @@ def add_parsers(sub) -> None:
                        description="Run an experiment YAML (see experiments/). Per variant: bring a lab up, run the "
                                    "probes and workload, play the fault timeline, repeat, take the lab down. "
                                    "Writes DIR/results.json, DIR/summary.txt, DIR/plot.png, DIR/timeline.png (the first "
-                                   "converged fault's convergence timeline) and raw reports (DIR/raw/).",
+                                   "converged fault's convergence timeline), DIR/report.html (all of it as one "
+                                   "interactive page, as hpnlab report) and raw reports (DIR/raw/).",
                        epilog="examples:\n  sudo hpnlab run experiments/link-failure.yml --out results/link-failure\n"
                               "  sudo hpnlab run link-flap --out /tmp/flap --repetitions 1 --variants dual-tor")
     r.add_argument("experiment", help="experiment YAML (or the name of one in experiments/)")
