@@ -155,6 +155,18 @@ def test_a_shipped_report_in_the_browser(page):
     assert first == names  # a row per variant
     assert page.js("return [...document.querySelectorAll('#summary-rows th')].every(th => th.title.length > 10)")
     page.screenshot("report-link-failure")
+    # zoom into the fault's window: the receivers' own 10 ms bins; over the whole run, wider ones
+    step = "return hpnlabReport.plots[0].binS"
+    assert page.js(step) > 0.01
+    page.js("hpnlabReport.plots[0].setScale('x', {min: 1.8, max: 2.6})")
+    page.wait_for("return hpnlabReport.plots[0].binS === 0.01", 5, "10 ms bins in the zoomed window")
+    assert page.js("const u = hpnlabReport.plots[0]; return [u.scales.x.min, u.scales.x.max]") == [1.8, 2.6]
+    assert page.js("const u = hpnlabReport.plots[0]; return u.data[1].filter((y, i) => y != null && "
+                   "u.data[0][i] >= 1.8 && u.data[0][i] <= 2.6).length") >= 70  # every 10 ms bin drawn
+    # switch repetition 2 off: its series hidden, the others shown
+    page.js("document.querySelector('#v-dual-tor input[data-rep=\"2\"]').click()")
+    shown = page.js("return hpnlabReport.plots[0].series.slice(1).map(s => [s.label, s.show])")
+    assert shown and all(on == ("rep 2" not in label) for label, on in shown), shown
     # the replay: the failed access link before the fault, during it, after its repair
     page.js("hpnlabReport.replay.select('dual-tor', 0)")
     d = page.js("return hpnlabReport.data.variants.find(v => v.name === 'dual-tor').runs[0].faults[0]")

@@ -103,9 +103,9 @@ def variant_topology(results: dict, vname: str, source: Path | None):
         return None, f"the experiment file {results.get('file')} is not here, so its lab cannot be drawn"
     try:
         exp = experiment.load(path, [vname], duration=results.get("duration"))
-    except SpecError as e:
+        return topology.build(exp.plans[0].spec), None
+    except (SpecError, OSError, ValueError, KeyError) as e:  # the file changed since the run, or a spec is gone
         return None, f"the lab cannot be rebuilt from {path.name}: {e}"
-    return topology.build(exp.plans[0].spec), None
 
 
 def _ends(topo) -> dict[str, str]:

@@ -172,7 +172,7 @@
     const plot = new uPlot({
       width: widthOf(host), height: opts.height || 300, plugins,
       cursor: { sync: { key: opts.sync || null }, drag: { x: true, y: false } },
-      scales: { x: { time: false, range: (u, mn, mx) => [Math.min(0, mn), Math.max(D.duration - 0.1, mx)] },
+      scales: { x: { time: false },
                 y: { range: (u, mn, mx) => [Math.min(0, mn), Math.max(112, mx == null ? 0 : mx * 1.04)] } },
       axes: [{ label: "seconds since the traffic started", labelSize: 22 },
              { label: opts.ylabel || "% delivered / % of baseline", labelSize: 22, size: 48 }],
@@ -181,14 +181,20 @@
         if (key !== "x" || busy || u.scales.x.min == null) return;
         const f = factor(u.scales.x.max - u.scales.x.min);
         if (f === cur) return;
-        cur = f;
-        busy = true;
-        u.setData(rebin(f), false);
-        busy = false;
-        if (opts.onBin) opts.onBin(f * v.bin_s);
+        setTimeout(() => {  // after uPlot has finished this change: new data, then the window asked for
+          const { min, max } = u.scales.x;
+          cur = factor(max - min);
+          busy = true;
+          u.setData(rebin(cur));
+          u.setScale("x", { min, max });
+          busy = false;
+          u.binS = +(cur * v.bin_s).toFixed(3);
+          if (opts.onBin) opts.onBin(cur * v.bin_s);
+        }, 0);
       }] },
       series,
     }, data, host);
+    plot.binS = +(cur * v.bin_s).toFixed(3);  // the bin shown now (the suite's browser test reads it)
     R.plots.push(plot);
     resizers.push(() => plot.setSize({ width: widthOf(host), height: opts.height || 300 }));
     return { plot, meta };
