@@ -66,6 +66,17 @@ def test_a_report_holds_its_data_and_nothing_from_outside(tmp_path):
     assert f"{size / 1e3:.0f} kB" in text or f"{size / 1e6:.2f} MB" in text  # the footer says its size
 
 
+def test_every_run_writes_its_report(tmp_path):
+    """write_results (the end of every run, and --reanalyse) puts report.html beside results.json."""
+    from hpnlab.traffic import runner
+
+    res = json.loads((RESULTS / "one-way-failure" / "results.json").read_text())
+    runner.write_results(res, tmp_path)
+    d = _data((tmp_path / "report.html").read_text())
+    assert [v["name"] for v in d["variants"]] == list(res["variants"])
+    assert (tmp_path / "summary.txt").read_text().rstrip("\n").endswith(d["summary"]["text"].rstrip("\n"))
+
+
 def test_series_fit_a_screen():
     assert htmlreport.bin_width(12) == 0.01
     for duration in (12, 60, 300, 600):

@@ -69,7 +69,7 @@ def run_cmd(args) -> int:
     if args.json:
         tl = out / "timeline.png"
         json.dump({"results": str(out / "results.json"), "plot": str(png) if png else None,
-                   "timeline": str(tl) if tl.exists() else None,
+                   "timeline": str(tl) if tl.exists() else None, "report": str(out / htmlreport.NAME),
                    "variants": {n: {"error": v.get("error"), "faults": v["faults"]} for n, v in
                                 results["variants"].items()},
                    **({"comparison": cmp.to_dict()} if cmp else {})}, sys.stdout, indent=1)
@@ -77,7 +77,8 @@ def run_cmd(args) -> int:
     else:
         print(table)
         print(f"results: {out / 'results.json'}" + (f"   plot: {png}" if png else f"   (no plot: {runner.no_plot_reason()})")
-              + (f"   timeline: {out / 'timeline.png'}" if (out / "timeline.png").exists() else ""))
+              + (f"   timeline: {out / 'timeline.png'}" if (out / "timeline.png").exists() else "")
+              + f"   report: {out / htmlreport.NAME}")
         if cmp:
             print(cmp.table())
     failed = [n for n, v in results["variants"].items() if v.get("error")]
