@@ -263,7 +263,7 @@ def _lateness(f: dict) -> dict | None:
 
 
 def variant_data(results: dict, vname: str, v: dict, source: Path | None) -> dict:
-    dur = results["duration"]
+    dur = v.get("duration") or results["duration"]  # a variant may run its own window (results.json says so)
     width = bin_width(dur)
     runs = v.get("runs") or []
     topo, why = variant_topology(results, vname, source) if runs else (None, "no finished repetition")
@@ -286,7 +286,7 @@ def variant_data(results: dict, vname: str, v: dict, source: Path | None) -> dic
                      "lateness": [_lateness(f) for f in run.get("faults", [])],
                      "emulator": run.get("emulator") or {},
                      "links": links, "nodes": nodes, "routes": route_counts(run)})
-    return {"name": vname, "description": v.get("description", ""), "error": v.get("error"),
+    return {"name": vname, "description": v.get("description", ""), "error": v.get("error"), "duration": dur,
             "workload": v.get("workload"), "lab": v.get("lab"), "bin_s": width,
             "streams": list((runs[0].get("probes") or {}) if runs else []),
             "requested_pps": {s: p.get("requested_pps") for s, p in ((runs[0].get("probes") or {}) if runs else {}).items()},

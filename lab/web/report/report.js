@@ -79,6 +79,11 @@
     }] } };
   }
 
+  function durations() {
+    const ds = [...new Set(D.variants.map(v => v.duration))].sort((a, b) => a - b);
+    return ds.length > 1 ? `${ds[0]}-${ds[ds.length - 1]} (each variant's)` : String(D.duration);
+  }
+
   // --- header ----------------------------------------------------------------------------------------------------
   function header() {
     const p = D.provenance;
@@ -87,7 +92,7 @@
     head.append(
       h("h1", { text: `hpnlab experiment ${D.experiment}` }),
       h("div", { class: "sub", text: `${D.description || ""}${D.description ? " · " : ""}${D.variants.length} ` +
-        `variant(s) × ${D.repetitions} repetition(s) × ${D.duration} s` }),
+        `variant(s) × ${D.repetitions} repetition(s) × ${durations()} s` }),
       h("div", { class: "prov", text: `run ${p.started || "?"} · hpnlab ${p.version || "?"} commit ${commit} · ` +
         `kernel ${(p.machine || {}).kernel || "?"} · FRR ${(p.machine || {}).frr || "?"} · runtime ${p.runtime || "?"}` }));
     if (D.partial) head.append(h("div", { class: "partial", text: "Partial results: " + D.partial }));
@@ -162,11 +167,11 @@
       return wparts.length ? uPlot.join([[x, ...cols], ...wparts]) : [x, ...cols];
     };
     const factor = span => Math.max(1, Math.floor(span / v.bin_s / SHOWN_BINS));
-    let cur = factor(D.duration), busy = false;
+    let cur = factor(v.duration), busy = false;
     const data = rebin(cur);
     if (opts.onBin) opts.onBin(cur * v.bin_s);
     const windows = () => reps.filter(k => !opts.visibleRep || opts.visibleRep(k)).flatMap(k => v.runs[k].faults.map(
-      f => ({ a: f.a, b: f.b == null ? D.duration : f.b, label: f.label })));
+      f => ({ a: f.a, b: f.b == null ? v.duration : f.b, label: f.label })));
     const plugins = [faultShading(windows)];
     if (opts.marker) plugins.push(markerLine(opts.marker, "#111"));
     const plot = new uPlot({
@@ -403,6 +408,7 @@
     function load() {
       v = vs[+vsel.value];
       run = v.runs[+rsel.value || 0];
+      slider.max = v.duration;
       fabric.innerHTML = v.picture || "";
       svg = fabric.querySelector("svg");
       if (svg) { svg.removeAttribute("width"); svg.removeAttribute("height"); }
@@ -435,7 +441,7 @@
       return m;
     }
     function setTime(t) {
-      t = Math.max(0, Math.min(D.duration, +t));
+      t = Math.max(0, Math.min(v.duration, +t));
       st.t = t;
       slider.value = t;
       tlabel.textContent = t.toFixed(2) + " s";
@@ -501,14 +507,14 @@
     slider.addEventListener("input", () => setTime(slider.value));
     play.addEventListener("click", () => {
       if (timer) { clearInterval(timer); timer = null; play.textContent = "▶ play"; return; }
-      if (st.t >= D.duration - 0.02) st.t = 0;
+      if (st.t >= v.duration - 0.02) st.t = 0;
       play.textContent = "❚❚ pause";
       let last = performance.now();
       timer = setInterval(() => {
         const now = performance.now();
         setTime(st.t + (now - last) / 1000 * +speed.value);
         last = now;
-        if (st.t >= D.duration) { clearInterval(timer); timer = null; play.textContent = "▶ play"; }
+        if (st.t >= v.duration) { clearInterval(timer); timer = null; play.textContent = "▶ play"; }
       }, 50);
     });
     fillReps();
