@@ -33,14 +33,6 @@ def _experiment_results() -> list[Path]:
 
 
 # --- root-free ------------------------------------------------------------------------------------------------------
-def test_the_column_definitions_are_the_docs_table():
-    """The summary table's header tips are docs/results.md's column table, row for row."""
-    text = (ROOT / "docs" / "results.md").read_text()
-    assert list(report.COLUMN_MEANINGS) == [h for h, _key in report.COLUMNS]
-    for header, (key, meaning) in report.COLUMN_MEANINGS.items():
-        assert f"| {header} | {key} | {meaning} |" in text, f"docs/results.md's row for '{header}' differs from the code's"
-
-
 def test_a_report_holds_its_data_and_nothing_from_outside(tmp_path):
     res = json.loads((SHIPPED / "results.json").read_text())
     (tmp_path / "results.json").write_text(json.dumps(res))
@@ -57,10 +49,14 @@ def test_a_report_holds_its_data_and_nothing_from_outside(tmp_path):
                 assert ys and max(ys) > 50, (name, stream)  # delivered, in % of the sending rate
             assert [f["label"] for f in run["faults"]] == [f["fault"] for f in rrun["faults"]]
         assert v["picture"] and "data-link=" in v["picture"]
-    # the summary table is summary.txt's, row for row, with a row per variant
-    rows = d["summary"]["rows"]
-    assert {r[0] for r in rows if r[0]} == set(res["variants"])
-    assert all(r in report.summary_rows(res)[1] for r in rows)
+    # summary.txt's blocks, a block per variant and fault, its cells as summary.txt prints them
+    blocks = d["summary"]["blocks"]
+    assert [b["variant"] for b in blocks] == list(res["variants"])  # one fault each
+    f = res["variants"]["dual-tor"]["faults"][0]
+    assert blocks[0]["cells"]["longest gap ms"][0] == report._cells(f, f, 3)["longest gap ms"]
+    assert blocks[0]["cells"]["longest gap ms"][0] in d["summary"]["text"]
+    assert {x["name"]: x["legend"] for x in d["summary"]["figures"]} == \
+        {k: t for k, t in report.LEGEND.items() if k not in ("variant", "fault", "stream", "n")}
     assert d["provenance"]["commit"] == res["provenance"]["commit"]
     size = out.stat().st_size
     assert f"{size / 1e3:.0f} kB" in text or f"{size / 1e6:.2f} MB" in text  # the footer says its size
@@ -74,7 +70,7 @@ def test_every_run_writes_its_report(tmp_path):
     runner.write_results(res, tmp_path)
     d = _data((tmp_path / "report.html").read_text())
     assert [v["name"] for v in d["variants"]] == list(res["variants"])
-    assert (tmp_path / "summary.txt").read_text().rstrip("\n").endswith(d["summary"]["text"].rstrip("\n"))
+    assert (tmp_path / "summary.txt").read_text() == d["summary"]["text"] + "\n"
 
 
 def test_series_fit_a_screen():
@@ -161,10 +157,10 @@ def test_a_shipped_report_in_the_browser(page):
     names = list(json.loads((SHIPPED / "results.json").read_text())["variants"])
     _charts_have_data(page)
     assert page.js("return hpnlabReport.plots.length") >= len(names)
-    first = page.js("return [...document.querySelectorAll('#summary-rows tbody tr td:first-child')]"
-                    ".map(td => td.textContent).filter(Boolean)")
-    assert first == names  # a row per variant
-    assert page.js("return [...document.querySelectorAll('#summary-rows th')].every(th => th.title.length > 10)")
+    blocks = page.js("return [...document.querySelectorAll('#summary-blocks .block')].map(b => b.dataset.variant)")
+    assert blocks == names  # a block per variant (one fault each)
+    tips = page.js("return [...document.querySelectorAll('#summary-blocks th.fig')].map(th => th.title)")
+    assert tips and all(": " in t and len(t) > 20 for t in tips), tips[:3]
     page.screenshot("report-link-failure")
     # zoom into the fault's window: the receivers' own 10 ms bins; over the whole run, wider ones
     step = "return hpnlabReport.plots[0].binS"

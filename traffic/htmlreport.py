@@ -2,7 +2,7 @@
 
 Everything the page shows is in the file: the data as JSON, the charts' library (uPlot, hpnlab.web's vendored
 copy) and the page's own script and style inlined, so it opens from a file, offline, with nothing fetched.
-Its parts: the summary table (each column's definition on its header, ``report.COLUMN_MEANINGS``), per
+Its parts: summary.txt's blocks (each figure's legend line, ``report.LEGEND``, on its name), per
 variant the probes' delivery and the workload's rate over time for every repetition (faults shaded), the
 convergence timeline of each fault with its critical path, a replay of the fabric (the variant's lab drawn
 by ``hpnlab.picture``, its links and nodes coloured as they were at an instant of a repetition, beside the
@@ -294,27 +294,45 @@ def variant_data(results: dict, vname: str, v: dict, source: Path | None) -> dic
 
 
 def summary(results: dict) -> dict:
-    """The summary table as summary.txt prints it (its rows, each column's meaning) and the lines under it;
-    a workload with its own table (``own_report``): that table's text."""
+    """summary.txt's blocks, one per variant and fault (its figures down, its streams across, each cell as
+    summary.txt prints it) with each figure's legend line (``report.LEGEND``) and results.json key, and
+    summary.txt's whole text; a workload with its own table (``own_report``): that table's text only."""
     from hpnlab.traffic import runner
 
+    kind = _own(results)
     try:
-        text = runner.summary_text(results)
+        text = runner.summary(results) if kind is None else "\n".join(
+            [kind.summary_table(results), *report.emulator_lines(results)])
     except (KeyError, TypeError, ValueError) as e:  # a result older than its kind's table
-        text = f"(summary.txt's table cannot be made from this results.json: {e!r})"
-    if runner.own_kind(results) is not None:
-        return {"columns": [], "rows": [], "errors": [], "text": text, "own": True}
-    hdr, rows, errors = report.summary_rows(results)
-    meanings = report.COLUMN_MEANINGS
-    under = text.splitlines()[2 + len(rows) + len(errors):]  # its title, header, rows and FAILED lines first
-    return {"columns": [{"name": h, "key": meanings[h][0], "meaning": meanings[h][1]} for h in hdr],
-            "rows": rows, "errors": errors, "text": "\n".join(under), "own": False}
+        text = f"(summary.txt cannot be made from this results.json: {e!r})"
+    if kind is not None:
+        return {"figures": [], "blocks": [], "text": text, "own": True}
+    keys = dict(report.COLUMNS)
+    figures = [c for c, _key in report.COLUMNS if c not in ("variant", "fault", "stream", "n")]
+    blocks: list[dict] = []
+    for vname, v in results["variants"].items():
+        if v.get("error"):
+            blocks.append({"variant": vname, "error": v["error"]})
+        for f in v.get("faults", []):
+            n = f.get("repetitions", results["repetitions"])
+            cols = [("all", report._cells(f, f, n))] + [(s, report._cells(f, m, n)) for s, m in f["streams"].items()]
+            blocks.append({"variant": vname, "fault": f["fault"], "n": n, "streams": [c for c, _ in cols],
+                           "cells": {fig: [cells.get(fig, "") for _c, cells in cols] for fig in figures}})
+        if not v.get("faults") and not v.get("error"):
+            lost = sum(p["lost"] for r in v.get("runs", []) for p in r["probes"].values())
+            blocks.append({"variant": vname, "fault": "(no fault)", "n": len(v.get("runs", [])),
+                           "note": f"lost {lost} probe packets"})
+    return {"figures": [{"name": fig, "key": keys[fig], "legend": report.LEGEND[fig]} for fig in figures],
+            "blocks": blocks, "text": text, "own": False}
 
 
-def _own(results: dict) -> bool:
+def _own(results: dict):
+    """The workload kind that writes its own table and plot (``own_report``), or None."""
     from hpnlab.traffic import runner
 
-    return runner.own_kind(results) is not None
+    kinds = {runner.workload_of(v) for v in results["variants"].values()}
+    kind = workloads.REGISTRY.get(kinds.pop()) if len(kinds) == 1 else None
+    return kind if kind is not None and kind.own_report else None
 
 
 def _when(ts: float | None) -> str | None:
@@ -348,7 +366,7 @@ def page_data(results: dict, source: Path | None = None) -> dict:
     return {"experiment": results["experiment"], "description": results.get("description", ""),
             "repetitions": results.get("repetitions"), "duration": results["duration"],
             "partial": results.get("partial"), "provenance": provenance(results),
-            "summary": summary(results), "own_plot": own_plot(source) if _own(results) else None,
+            "summary": summary(results), "own_plot": own_plot(source) if _own(results) is not None else None,
             "variants": [variant_data(results, n, v, source) for n, v in results["variants"].items()],
             "colours": COLOURS, "timeline_colours": {k: _mpl(c) for k, c in timeline.COLOURS.items()},
             "fault_kinds": faultkinds.kinds()}

@@ -103,26 +103,24 @@
   function summary() {
     const S = D.summary, box = document.getElementById("summary-table");
     if (!S.own) {
-      const thead = h("tr", {}, S.columns.map((c, i) => h("th", {
-        class: i < 3 ? "l" : null, title: `${c.name}: ${plainCode(c.meaning)}\nresults.json: ${plainCode(c.key)}`,
-        text: c.name })));
-      const body = S.rows.map(r => {
-        const top = r[0] !== "" || r[1] !== "";
-        return h("tr", { class: top ? "group" : "stream" }, r.map((c, i) => {
-          let cls = i < 3 ? "l" : "";
-          if (S.columns[i].name === "flagged" && /FLAG/.test(c)) cls += " flag";
-          if (S.columns[i].name === "recovered") cls += /NO/.test(c) ? " bad" : c === "yes" ? " ok" : "";
-          const td = h("td", { class: cls.trim() || null });
-          if (i === 0 && c) td.append(h("a", { href: "#" + anchor(c), text: c }));
-          else td.textContent = c;
-          return td;
-        }));
-      });
-      box.append(h("div", { class: "scroll" }, h("table", { class: "data", id: "summary-rows" },
-        h("thead", {}, thead), h("tbody", {}, body))));
-      for (const e of S.errors) box.append(h("div", { class: "error", text: "FAILED " + e }));
+      const grid = h("div", { class: "blocks", id: "summary-blocks" });
+      for (const b of S.blocks) {
+        const title = h("div", { class: "btitle" }, h("a", { href: "#" + anchor(b.variant), text: b.variant }),
+          b.fault ? ` / ${b.fault} / n ${b.n}` : "");
+        if (b.error) { grid.append(h("div", { class: "block", "data-variant": b.variant }, title, h("div", { class: "error", text: "FAILED: " + b.error }))); continue; }
+        if (!b.cells) { grid.append(h("div", { class: "block", "data-variant": b.variant }, title, h("div", { class: "note", text: b.note || "" }))); continue; }
+        const rows = S.figures.filter(f => b.cells[f.name].some(c => c !== "")).map(f => {
+          const cells = b.cells[f.name];
+          return h("tr", {}, h("th", { class: "l fig", title: `${f.name}: ${f.legend}` + (f.key ? `\nresults.json: ${f.key}` : ""), text: f.name }),
+            cells.map(c => h("td", { class: (f.name === "flagged" && /FLAG/.test(c)) || (f.name === "recovered" && /NO/.test(c)) ||
+              /DEAD/.test(c) ? "flag" : f.name === "recovered" && c === "yes" ? "ok" : null, text: c })));
+        });
+        grid.append(h("div", { class: "block", "data-variant": b.variant }, title, h("table", { class: "data" },
+          h("thead", {}, h("tr", {}, h("th", { class: "l" }), b.streams.map(st => h("th", { text: st })))), h("tbody", {}, rows))));
+      }
+      box.append(grid);
     }
-    if (S.text) box.append(h("pre", { class: "under", text: S.text }));
+    box.append(h("details", { open: S.own }, h("summary", { text: "summary.txt, as printed" }), h("pre", { class: "under", text: S.text })));
     if (D.own_plot) box.append(h("img", { src: D.own_plot, alt: "plot.png: this workload's own figures", style: "max-width:100%" }));
   }
 
