@@ -23,8 +23,8 @@ from hpnlab.proc import kill_pids
 from hpnlab.progress import Progress, as_progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import (graywatch, grayfigures, measure, nodebytes, reorder, report, routemon, slip, timeline,
-                            workloads)
+from hpnlab.traffic import (graywatch, grayfigures, htmlreport, measure, nodebytes, reorder, report, routemon, slip,
+                            timeline, workloads)
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
@@ -409,6 +409,7 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
     (out / "summary.txt").write_text(table + "\n")
     if timeline.plot(results, out / "timeline.png") is None:  # nothing converged, or no matplotlib
         (out / "timeline.png").unlink(missing_ok=True)  # not an earlier run's picture beside these results
+    htmlreport.write(out, results)  # report.html: the same results, interactive, for a browser
     return png, table
 
 

@@ -14,7 +14,7 @@ from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.orchestrate import need_root, open_lab, resolve_lab
 from hpnlab.progress import Progress
 from hpnlab.signals import shielded
-from hpnlab.traffic import compare, experiment, faults, faultwatch, impair, nodetools, runner
+from hpnlab.traffic import compare, experiment, faults, faultwatch, htmlreport, impair, nodetools, runner
 
 
 HEAL_WATCH_S = 30.0  # fail --watch: how long after the revert it waits for the lab's state from before the fault
@@ -69,7 +69,7 @@ def run_cmd(args) -> int:
     if args.json:
         tl = out / "timeline.png"
         json.dump({"results": str(out / "results.json"), "plot": str(png) if png else None,
-                   "timeline": str(tl) if tl.exists() else None,
+                   "timeline": str(tl) if tl.exists() else None, "report": str(out / htmlreport.NAME),
                    "variants": {n: {"error": v.get("error"), "faults": v["faults"]} for n, v in
                                 results["variants"].items()},
                    **({"comparison": cmp.to_dict()} if cmp else {})}, sys.stdout, indent=1)
@@ -77,7 +77,8 @@ def run_cmd(args) -> int:
     else:
         print(table)
         print(f"results: {out / 'results.json'}" + (f"   plot: {png}" if png else f"   (no plot: {runner.no_plot_reason()})")
-              + (f"   timeline: {out / 'timeline.png'}" if (out / "timeline.png").exists() else ""))
+              + (f"   timeline: {out / 'timeline.png'}" if (out / "timeline.png").exists() else "")
+              + f"   report: {out / htmlreport.NAME}")
         if cmp:
             print(cmp.table())
     failed = [n for n, v in results["variants"].items() if v.get("error")]
@@ -118,6 +119,14 @@ def compare_cmd(args) -> int:
     else:
         print(cmp.table(every=args.all))
     return 0 if cmp.ok else 1
+
+
+# --- report ----------------------------------------------------------------------------------------------------
+def report_cmd(args) -> int:
+    path = htmlreport.write(Path(args.dir))
+    size = path.stat().st_size
+    print(f"report: {path} ({size / 1e6:.2f} MB; opens offline in a browser)")
+    return 0
 
 
 # --- health ------------------------------------------------------------------------------------------------
@@ -338,7 +347,8 @@ def add_parsers(sub) -> None:
                        description="Run an experiment YAML (see experiments/). Per variant: bring a lab up, run the "
                                    "probes and workload, play the fault timeline, repeat, take the lab down. "
                                    "Writes DIR/results.json, DIR/summary.txt, DIR/plot.png, DIR/timeline.png (the first "
-                                   "converged fault's convergence timeline) and raw reports (DIR/raw/).",
+                                   "converged fault's convergence timeline), DIR/report.html (all of it as one "
+                                   "interactive page, as hpnlab report) and raw reports (DIR/raw/).",
                        epilog="examples:\n  sudo hpnlab run experiments/link-failure.yml --out results/link-failure\n"
                               "  sudo hpnlab run link-flap --out /tmp/flap --repetitions 1 --variants dual-tor")
     r.add_argument("experiment", help="experiment YAML (or the name of one in experiments/)")
@@ -392,6 +402,17 @@ def add_parsers(sub) -> None:
                     help="report this figure (a name or pattern, e.g. 'workload.*') without judging it; repeatable")
     cp.add_argument("--json", action="store_true", help="print every figure's comparison as JSON for scripts")
     cp.set_defaults(func=compare_cmd)
+
+    rp = sub.add_parser("report", help="write DIR/report.html: an experiment's results as one interactive, offline page",
+                        description="Make report.html from an experiment's results.json (every 'hpnlab run' writes "
+                                    "one; this makes it for an existing result): the summary table with each "
+                                    "column's definition, per variant the probes' delivery and the workload's rate "
+                                    "over time for every repetition (zoom, hover, toggle), the convergence "
+                                    "timelines, a replay of the fabric at any instant, the lateness flags and the "
+                                    "provenance. Self-contained: it opens from the file with no network.",
+                        epilog="examples:\n  hpnlab report results/link-failure\n  hpnlab report /tmp/lf")
+    rp.add_argument("dir", help="the folder of an 'hpnlab run' (or its results.json)")
+    rp.set_defaults(func=report_cmd)
 
     f = sub.add_parser("fail", help="inject one fault into a running lab (reverted after --for, on Ctrl-C, or by --clear)",
                        description="Kinds:\n" + "\n".join(f"{k}: {v}" for k, v in faults.KINDS.items()),
