@@ -6,9 +6,12 @@ all explained, and the README's first screen stays a screen."""
 from __future__ import annotations
 
 import argparse
+import bisect
 import importlib
 import re
 import shlex
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -144,10 +147,135 @@ def test_every_file_the_docs_name_exists():
             assert (ROOT / ref).exists(), f"{p.name} names {ref}, which does not exist"
 
 
-# A figure the docs quote from a shipped result carries the file and the key it comes from, in a tag just
-# before it that renders as nothing: <!--fig results/x/results.json:variants.v.faults.0.converged_gap_ms.median-->124
-# (a key may end in *100 or /1000 to scale). The number after the tag must be the file's, as rounded where shown.
+# A figure the docs quote from a shipped result names the file and the key it comes from, so this test reads the
+# figure there. The reference style: the figure in the text as a Markdown reference link, its source in a
+# definition at the end of the section (the path is relative to the page, the title is the JSON key, which may end
+# in *100 or /1000 to scale):
+#     The Clos fabric routes around it in [125.9][lf-gap] ms.
+#     [lf-gap]: ../results/link-failure/results.json "variants.dual-tor-clos.faults.0.converged_gap_ms.median"
+# The older inline tag, still read while pages move to the reference style, renders as nothing just before the figure:
+#     <!--fig results/x/results.json:variants.v.faults.0.converged_gap_ms.median-->124
+# The number shown must be the file's, as rounded where shown.
 FIG = re.compile(r"<!--fig (?P<file>[^:\s]+):(?P<key>[^\s*/]+)(?:(?P<op>[*/])(?P<by>[0-9.]+))?-->\s*(?P<num>[-+]?[0-9][0-9,]*(?:\.[0-9]+)?)")
+NUMBER = r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?"
+REF = re.compile(r"\[(?P<text>[^\[\]\n]*)\]\[(?P<id>[^\[\]\n]*)\]")
+DEF = re.compile(r'^\[(?P<id>[^\]\n]+)\]:[ \t]+(?P<path>\S+)(?:[ \t]+"(?P<title>[^"\n]*)")?[ \t]*$', re.M)
+KEY = re.compile(r"(?P<key>[^\s*/]+)(?:(?P<op>[*/])(?P<by>[0-9.]+))?")
+FIG_ID = re.compile(r"[a-z0-9-]+")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure a page quotes: its file (from the repository's root), key, scale, the number as shown, and where
+    in the page it stands (start, end of the figure's text: the tag and number, or the reference link)."""
+    file: str
+    key: str
+    op: str | None
+    by: str | None
+    num: str
+    start: int
+    end: int
+
+    def scaled(self, value: float) -> float:
+        if not self.op:
+            return value
+        return value * float(self.by) if self.op == "*" else value / float(self.by)
+
+
+def _blank(text: str, pattern: str, flags: int = 0) -> str:
+    """text with every match of pattern turned to spaces (line breaks kept): offsets and lines stay the same."""
+    return re.sub(pattern, lambda m: re.sub(r"[^\n]", " ", m.group()), text, flags=flags)
+
+
+def _without_code(text: str) -> str:
+    return _blank(text, r"```.*?```", re.S)  # an example in a code block is not a figure
+
+
+def _headings(text: str) -> list[int]:
+    return [m.start() for m in re.finditer(r"^#{1,6} ", text, flags=re.M)]
+
+
+def parse_figures(text: str, page: Path) -> tuple[list[Figure], list[str]]:
+    """The figures a page quotes, in both styles, and what is wrong with its reference-style tags: a figure with no
+    definition, a definition no figure uses, an id defined twice or not lowercase [a-z0-9-]+, a title that is not
+    a key, a path outside the repository, a definition outside the section of a figure it serves."""
+    text = _without_code(text)
+    figs = [Figure(m["file"], m["key"], m["op"], m["by"], m["num"], m.start(), m.end()) for m in FIG.finditer(text)]
+    errors: list[str] = []
+    heads = _headings(text)
+    section = lambda pos: bisect.bisect_right(heads, pos)  # noqa: E731
+    defs: dict[str, tuple[str, re.Match, int]] = {}
+    for d in DEF.finditer(text):
+        if d["title"] is None:
+            continue  # a plain link reference, not a figure's source
+        fid = d["id"]
+        if not FIG_ID.fullmatch(fid):
+            errors.append(f"[{fid}]: a figure's id is lowercase letters, digits and '-'")
+        if fid in defs:
+            errors.append(f"[{fid}]: defined twice")
+        key = KEY.fullmatch(d["title"])
+        if not key:
+            errors.append(f"[{fid}]: the title {d['title']!r} is not a JSON key (optionally *F or /F)")
+            continue
+        try:
+            file = (page.parent / d["path"]).resolve().relative_to(ROOT.resolve()).as_posix()
+        except ValueError:
+            errors.append(f"[{fid}]: {d['path']} is outside the repository")
+            continue
+        defs[fid] = (file, key, d.start())
+    used: set[str] = set()
+    prose = _blank(text, r"`[^`\n]*`")  # x[0][1] in inline code is not a figure
+    prose = _blank(prose, DEF.pattern, re.M)
+    for r in REF.finditer(prose):
+        fid, shown = r["id"], r["text"]
+        if fid not in defs:
+            if re.fullmatch(NUMBER, shown):
+                errors.append(f"[{shown}][{fid}]: no definition of [{fid}]")
+            continue
+        used.add(fid)
+        file, key, at = defs[fid]
+        if not re.fullmatch(NUMBER, shown):
+            errors.append(f"[{shown}][{fid}]: a figure's text is the number as shown, nothing else")
+            continue
+        if section(at) != section(r.start()):
+            errors.append(f"[{shown}][{fid}]: its definition is in another section (it goes at the end of the "
+                          f"figure's section)")
+        figs.append(Figure(file, key["key"], key["op"], key["by"], shown, r.start(), r.end()))
+    errors += [f"[{fid}]: defined but no figure uses it" for fid in defs if fid not in used]
+    return sorted(figs, key=lambda f: f.start), errors
+
+
+def _figures():
+    return [(p.name, f) for p in PAGES for f in parse_figures(p.read_text(), p)[0]]
+
+
+def wrong_figures(figs: list[tuple[str, Figure]], loaded: dict[str, object]) -> list[str]:
+    """Each figure whose number is not its file's (as rounded where shown), or whose file or key does not exist."""
+    import json
+
+    bad = []
+    for page, f in figs:
+        path = ROOT / f.file
+        if not path.is_file():
+            bad.append(f"{page}: {f.file} does not exist")
+            continue
+        if f.file not in loaded:  # each file parsed once: thousands of figures, some files tens of MB
+            loaded[f.file] = json.loads(path.read_text())
+        try:
+            value = _resolve(loaded[f.file], f.key)
+        except (KeyError, IndexError, ValueError, TypeError):
+            bad.append(f"{page}: {f.file}:{f.key} is not in the file")
+            continue
+        try:
+            value = f.scaled(float(value))
+        except (TypeError, ValueError):
+            bad.append(f"{page}: {f.file}:{f.key} is not a number ({value!r})")
+            continue
+        shown = f.num.replace(",", "")
+        places = len(shown.split(".")[1]) if "." in shown else 0
+        if round(value, places) != float(shown):
+            bad.append(f"{page}: shows {f.num} for {f.file}:{f.key}, the file has {value}")
+    return bad
 
 
 def _resolve(doc, key: str):
@@ -156,38 +284,69 @@ def _resolve(doc, key: str):
     return doc
 
 
-def _figures():
-    out = []
-    for p in PAGES:
-        text = re.sub(r"```.*?```", "", p.read_text(), flags=re.S)  # an example in a code block is not a figure
-        for m in FIG.finditer(text):
-            out.append((p.name, m))
-    return out
+LF = "results/link-failure/results.json"
+LF_KEY = "variants.dual-tor-clos.faults.0.converged_gap_ms"
+
+
+def _lf(stat: str) -> float:
+    import json
+
+    return _resolve(json.loads((ROOT / LF).read_text()), f"{LF_KEY}.{stat}")
+
+
+def test_the_reference_style_is_read():
+    """The parser itself: a figure and its definition (path relative to the page) make one figure with the file
+    from the repository's root; the figure's number is checked against the file."""
+    mid = _lf("median")
+    page = DOCS / "some-page.md"
+    text = f"## A\nThe gap is [{mid}][lf-gap] ms.\n\n[lf-gap]: ../{LF} \"{LF_KEY}.median\"\n## B\n"
+    figs, errors = parse_figures(text, page)
+    assert not errors, errors
+    assert [(f.file, f.key, f.num) for f in figs] == [(LF, f"{LF_KEY}.median", str(mid))]
+    assert text[figs[0].start:figs[0].end] == f"[{mid}][lf-gap]"
+    assert not wrong_figures([("t", f) for f in figs], {})
+    # from the README the path is the repository's own
+    figs, errors = parse_figures(f"[{mid}][g]\n\n[g]: {LF} \"{LF_KEY}.median\"\n", ROOT / "README.md")
+    assert not errors and figs[0].file == LF
+    # a scale factor in the title
+    figs, errors = parse_figures(f"[{mid * 1000:.0f}][g]\n\n[g]: {LF} \"{LF_KEY}.median*1000\"\n", ROOT / "README.md")
+    assert not errors and not wrong_figures([("t", f) for f in figs], {})
+    # an example in a code block is not a figure, nor is x[0][1] in inline code
+    assert parse_figures("```\n[1][nowhere]\n```\nand `a[0][1]`\n", page) == ([], [])
+
+
+def test_a_wrong_number_fails():
+    lo = _lf("min")
+    figs, errors = parse_figures(f"[{lo + 1}][g]\n\n[g]: ../{LF} \"{LF_KEY}.min\"\n", DOCS / "p.md")
+    assert not errors
+    assert wrong_figures([("t", f) for f in figs], {}), "a figure that is not its file's passed"
+    figs, _ = parse_figures(f"[{lo}][g]\n\n[g]: ../{LF} \"{LF_KEY}.no_such_key\"\n", DOCS / "p.md")
+    assert wrong_figures([("t", f) for f in figs], {})
+    figs, _ = parse_figures(f"[{lo}][g]\n\n[g]: {LF} \"{LF_KEY}.min\"\n", DOCS / "p.md")  # not relative to the page
+    assert wrong_figures([("t", f) for f in figs], {})
+
+
+def test_a_missing_an_unused_or_a_misplaced_definition_fails():
+    page = DOCS / "p.md"
+    d = f'../{LF} "{LF_KEY}.min"'
+    assert parse_figures("gap [12.5][g] ms\n", page)[1]  # no definition
+    assert parse_figures(f"gap 12.5 ms\n\n[g]: {d}\n", page)[1]  # defined, never used
+    assert parse_figures(f"[1][g] and [2][h]\n\n[g]: {d}\n[g]: {d}\n[h]: {d}\n", page)[1]  # defined twice
+    assert parse_figures(f"[1][G_1]\n\n[G_1]: {d}\n", page)[1]  # not a lowercase id
+    assert parse_figures(f"[about][g]\n\n[g]: {d}\n", page)[1]  # not a number
+    assert parse_figures(f"## A\n[1][g]\n## B\n[g]: {d}\n", page)[1]  # in another section
+    assert parse_figures(f"[1][g]\n\n[g]: ../../{LF} \"k\"\n", page)[1]  # outside the repository
 
 
 def test_tagged_figures_are_the_files_figures():
-    import json
-
     figs = _figures()
     assert len(figs) >= 20, f"only {len(figs)} tagged figures: the README's key figures and the results pages carry tags"
-    bad = []
-    loaded: dict[str, object] = {}  # each file parsed once: thousands of tags, some files tens of MB
-    for page, m in figs:
-        path = ROOT / m["file"]
-        assert path.exists(), f"{page}: {m['file']} does not exist"
-        if m["file"] not in loaded:
-            loaded[m["file"]] = json.loads(path.read_text())
-        try:
-            value = _resolve(loaded[m["file"]], m["key"])
-        except (KeyError, IndexError, ValueError, TypeError):
-            bad.append(f"{page}: {m['file']}:{m['key']} is not in the file")
-            continue
-        if m["op"]:
-            value = value * float(m["by"]) if m["op"] == "*" else value / float(m["by"])
-        shown = m["num"].replace(",", "")
-        places = len(shown.split(".")[1]) if "." in shown else 0
-        if round(float(value), places) != float(shown):
-            bad.append(f"{page}: shows {m['num']} for {m['file']}:{m['key']}, the file has {value}")
+    bad = wrong_figures(figs, {})
+    assert not bad, "\n".join(bad)
+
+
+def test_the_reference_style_tags_are_well_formed():
+    bad = [f"{p.name}: {e}" for p in PAGES for e in parse_figures(p.read_text(), p)[1]]
     assert not bad, "\n".join(bad)
 
 
@@ -210,9 +369,8 @@ def test_the_readmes_key_figures_each_name_their_file():
     assert rows
     for r in rows:
         cell = r.split("|")[2]
-        if re.search(r"[0-9]", re.sub(r"<!--.*?-->", "", cell)):  # a tag, or a reference-style figure [N][id]
-            assert "<!--fig " in cell or re.search(r"\[[-+]?[0-9][0-9,.]*\]\[[a-z0-9-]+\]", cell), \
-                f"README key figure without its file: {r}"
+        if re.search(r"[0-9]", re.sub(r"<!--.*?-->|\]\[[^\]]*\]", "", cell)):
+            assert "<!--fig " in cell or re.search(r"\]\[[a-z0-9-]+\]", cell), f"README key figure without its file: {r}"
 
 
 def _generated_table(bench: str, results: str) -> tuple[str, str]:
@@ -254,7 +412,8 @@ def _untagged_measurements(text: str) -> list[str]:
     end = text.find("\n## ", start + 1)
     section = text[text.index("\n", start + 1):end if end > 0 else None]  # the heading names the machine
     section = FIG.sub("", section)
-    section = re.sub(r"`[^`]*`|\]\([^)]*\)", "", section)
+    section = re.sub(r"`[^`]*`|\]\([^)]*\)|\[" + NUMBER + r"\]\[[^\]\n]*\]", "", section)
+    section = DEF.sub("", section)
     for setting in MEASURED_HERE_SETTINGS:
         section = section.replace(setting, "")
     return [line.strip() for line in section.splitlines() if UNIT.search(line)]
@@ -264,6 +423,9 @@ def test_measured_here_quotes_only_tagged_figures():
     """docs/scale.md's "Measured here" holds no measurement without its file's tag."""
     got = _untagged_measurements("\n## Measured here\n- up: 1.2 s, <!--fig r.json:a-->3 ms\n- T = 15 s: <!--fig r.json:b-->2 s\n")
     assert len(got) == 1 and "1.2 s" in got[0], got  # the check itself: an untagged figure is found, a tagged one not
+    got = _untagged_measurements("\n## Measured here\n- up: 1.2 s, [3][a] ms\n- T = 15 s: [2][b] s\n\n"
+                                 "[a]: ../r.json \"a\"\n[b]: ../r.json \"b.c\"\n")
+    assert len(got) == 1 and "1.2 s" in got[0], got  # and in the reference style
     bad = _untagged_measurements((DOCS / "scale.md").read_text())
     assert not bad, "untagged figures in docs/scale.md's Measured here (tag them or say what measures them):\n" + \
         "\n".join(bad)
@@ -286,53 +448,56 @@ def _units(text: str):
 SPREAD_WORDS = re.compile(r"median|min[/–-]|–max|range|spread", re.I)
 
 
-def _hidden_repetitions(page: str, text: str, files: dict) -> list[str]:
-    """Every .median tag in text whose repetitions differ but whose paragraph or table row does not tag the same
-    key's .min and .max; and every one whose repetitions agree (or that is one run) but is presented with a spread."""
+def _hidden_repetitions(page: str, text: str, files: dict, path: Path | None = None) -> list[str]:
+    """Every median figure in text whose repetitions differ but whose paragraph or table row does not quote the same
+    key's min and max; and every one whose repetitions agree (or that is one run) but is presented with a spread.
+    path is the page's (reference-style definitions are relative to it)."""
     import json
 
-    text = re.sub(r"```.*?```", lambda m: re.sub(r"[^\n]", " ", m.group()), text, flags=re.S)  # keep offsets, lines
+    text = _without_code(text)  # keep offsets, lines
+    figs = parse_figures(text, path or DOCS / page)[0]
+    text = _blank(text, DEF.pattern, re.M)  # a definition is not prose after a figure
     units = list(_units(text))
-    tags = list(FIG.finditer(text))
     bad = []
-    for i, m in enumerate(tags):
-        base, _, stat = m["key"].rpartition(".")
+    for i, m in enumerate(figs):
+        base, _, stat = m.key.rpartition(".")
         if stat not in ("median", "min") or not base:
             continue
-        if m["file"] not in files:
-            files[m["file"]] = json.loads((ROOT / m["file"]).read_text())
+        if m.file not in files:
+            try:
+                files[m.file] = json.loads((ROOT / m.file).read_text())
+            except (OSError, ValueError):
+                continue  # test_tagged_figures_are_the_files_figures reports it
         try:
-            summary = _resolve(files[m["file"]], base)
+            summary = _resolve(files[m.file], base)
         except (KeyError, IndexError, ValueError, TypeError):
             continue  # test_tagged_figures_are_the_files_figures reports it
         if not isinstance(summary, dict) or not isinstance(summary.get(stat), (int, float)):
             continue
-        after = text[m.end():tags[i + 1].start() if i + 1 < len(tags) else len(text)]
+        after = text[m.end:figs[i + 1].start if i + 1 < len(figs) else len(text)]
         after = re.split(r"\||\.\s|;|\n\s*\n", after)[0]
         said_same = re.search(r"in (every|each) repetition|in all [0-9]|every run", after)
         if said_same and isinstance(summary.get("max"), (int, float)):
             # "the same in every repetition" holds where the repetitions' extremes agree as far as the figure is shown
-            scale = (float(m["by"]) if m["op"] == "*" else 1 / float(m["by"])) if m["op"] else 1
-            places = len(m["num"].split(".")[1]) if "." in m["num"] else 0
-            if round(summary["min"] * scale, places) != round(summary["max"] * scale, places):
-                bad.append(f"{page}: {m['file']}:{m['key']} is said to be the same in every repetition, but the "
+            places = len(m.num.split(".")[1]) if "." in m.num else 0
+            if round(m.scaled(summary["min"]), places) != round(m.scaled(summary["max"]), places):
+                bad.append(f"{page}: {m.file}:{m.key} is said to be the same in every repetition, but the "
                            f"repetitions gave {summary['min']}..{summary['max']}")
         if stat != "median":
             continue
-        start, end = next((s, e) for s, e in units if s <= m.start() < e)
-        unit = text[start:end]
+        start, end = next((s, e) for s, e in units if s <= m.start < e)
+        near = {g.key for g in figs if g.file == m.file and start <= g.start < end}
         if summary.get("n") == 1 or len({summary[k] for k in ("min", "median", "max") if k in summary}) == 1:
             # the figure after the tag, up to the next tag, cell or sentence end, must not claim a spread
-            if SPREAD_WORDS.search(after) and not all(f"{m['file']}:{base}.{k}" in unit for k in ("min", "max")):
-                bad.append(f"{page}: {m['file']}:{m['key']} is the same in every repetition, but is quoted as a "
+            if SPREAD_WORDS.search(after) and not all(f"{base}.{k}" in near for k in ("min", "max")):
+                bad.append(f"{page}: {m.file}:{m.key} is the same in every repetition, but is quoted as a "
                            f"median: {after.strip()[:60]!r}")
             continue
         # a bound the file does not hold (a map's ratios keep no min; an idle link's ratio is infinite) cannot be
         # tagged: the table shows it as a word or a sign
-        missing = [k for k in ("min", "max")
-                   if summary.get(k) is not None and f"<!--fig {m['file']}:{base}.{k}" not in unit]
+        missing = [k for k in ("min", "max") if summary.get(k) is not None and f"{base}.{k}" not in near]
         if missing:
-            bad.append(f"{page}: {m['file']}:{m['key']} without its {' and '.join(missing)} "
+            bad.append(f"{page}: {m.file}:{m.key} without its {' and '.join(missing)} "
                        f"(n={summary.get('n')}, {summary.get('min')}..{summary.get('max')})")
     return bad
 
@@ -363,8 +528,13 @@ def test_a_median_comes_with_its_min_and_max():
     assert _resolve(doc, f"{k1}.min") == _resolve(doc, f"{k1}.max") == same
     assert _hidden_repetitions("t", f"<!--fig {f}:{k1}.median-->{same} flows (median).\n", {})
     assert not _hidden_repetitions("t", f"<!--fig {f}:{k1}.median-->{same} flows in every repetition.\n", {})
+    # the same checks in the reference style
+    d = "\n\n" + "".join(f'[{x}]: ../{f} "{k}.{x}"\n' for x in ("min", "median", "max"))
+    assert _hidden_repetitions("t", f"converged in [{mid}][median] ms (median).\n\n[median]: ../{f} \"{k}.median\"\n", {})
+    assert not _hidden_repetitions("t", f"| [{lo}][min]/[{mid}][median]/[{hi}][max] |" + d, {})
+    assert _hidden_repetitions("t", f"| [{lo}][min] |\n| [{mid}][median] | [{hi}][max] |" + d, {})
     bad, files = [], {}
     for p in PAGES:
-        bad += _hidden_repetitions(p.name, p.read_text(), files)
+        bad += _hidden_repetitions(p.name, p.read_text(), files, p)
     assert not bad, "medians without their repetitions' min and max (quote min/median/max, or say the figure " \
                     "was the same in every repetition):\n" + "\n".join(bad)
