@@ -157,7 +157,7 @@ def test_every_file_the_docs_name_exists():
 #     <!--fig results/x/results.json:variants.v.faults.0.converged_gap_ms.median-->124
 # The number shown must be the file's, as rounded where shown.
 FIG = re.compile(r"<!--fig (?P<file>[^:\s]+):(?P<key>[^\s*/]+)(?:(?P<op>[*/])(?P<by>[0-9.]+))?-->\s*(?P<num>[-+]?[0-9][0-9,]*(?:\.[0-9]+)?)")
-NUMBER = r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?"
+NUMBER = r"[-+]?[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?"  # a figure as shown: 1,234.5
 REF = re.compile(r"\[(?P<text>[^\[\]\n]*)\]\[(?P<id>[^\[\]\n]*)\]")
 DEF = re.compile(r'^\[(?P<id>[^\]\n]+)\]:[ \t]+(?P<path>\S+)(?:[ \t]+"(?P<title>[^"\n]*)")?[ \t]*$', re.M)
 KEY = re.compile(r"(?P<key>[^\s*/]+)(?:(?P<op>[*/])(?P<by>[0-9.]+))?")
@@ -538,3 +538,99 @@ def test_a_median_comes_with_its_min_and_max():
         bad += _hidden_repetitions(p.name, p.read_text(), files, p)
     assert not bad, "medians without their repetitions' min and max (quote min/median/max, or say the figure " \
                     "was the same in every repetition):\n" + "\n".join(bad)
+
+
+# The raw Markdown reads as prose: a figure's tags (its brackets and definitions, or an inline tag) stay under this
+# share of a page's bytes. The pages listed below are still over it: their detail moves to the results' own notes.
+TAG_SHARE = 0.15
+OVER_TAG_SHARE = {"README.md", "adaptive-routing.md", "crux.md", "design.md", "experiments.md", "fare.md",
+                  "gray-failures.md", "scale.md", "timing.md"}
+
+
+def tag_share(text: str) -> float:
+    text = _without_code(text)
+    tags = sum(len(m.group()) - len(m["num"]) for m in FIG.finditer(text))
+    tags += sum(len(m.group()) - len(m["text"]) for m in REF.finditer(text) if re.fullmatch(NUMBER, m["text"]))
+    tags += sum(len(m.group()) + 1 for m in DEF.finditer(text) if m["title"] is not None)
+    return tags / max(len(text), 1)
+
+
+def test_figure_tags_are_a_small_part_of_each_page():
+    prose = "The gap is [125.9][g] ms, " + "and the prose goes on " * 10 + "\n\n"
+    assert tag_share(prose + f'[g]: ../{LF} "{LF_KEY}.median"\n') > TAG_SHARE  # the check itself: tags counted
+    assert tag_share(prose * 10 + f'[g]: ../{LF} "{LF_KEY}.median"\n') < TAG_SHARE
+    over = {p.name: round(100 * tag_share(p.read_text())) for p in PAGES
+            if p.name not in OVER_TAG_SHARE and tag_share(p.read_text()) >= TAG_SHARE}
+    assert not over, f"figure tags over {TAG_SHARE:.0%} of the page (% of its bytes; quote fewer figures, move " \
+                     f"detail to the result's NOTES.md): {over}"
+
+
+def _blocks(text: str) -> list[tuple[int, str]]:
+    """(line, text) of each heading and each paragraph (outside code blocks), whitespace normalised."""
+    text = _without_code(text)
+    out, line = [], 1
+    for block in re.split(r"(\n[ \t]*\n)", text):
+        if block.strip() and not block.startswith("\n"):
+            for head in re.findall(r"^#{1,6} .*$", block, flags=re.M):
+                out.append((line, " ".join(head.split())))
+            para = " ".join(re.sub(r"^#{1,6} .*$", "", block, flags=re.M).split())
+            if para:
+                out.append((line, para))
+        line += block.count("\n")
+    return out
+
+
+def repeated_blocks(text: str) -> list[str]:
+    """Each heading that a page holds twice, and each paragraph of more than a line (table rows, definitions and
+    short lines may repeat)."""
+    seen: dict[str, int] = {}
+    bad = []
+    for line, block in _blocks(text):
+        if not block.startswith("#") and (len(block) < 120 or block.startswith(("|", "["))):
+            continue
+        if block in seen:
+            bad.append(f"line {line} repeats line {seen[block]}: {block[:70]!r}")
+        seen.setdefault(block, line)
+    return bad
+
+
+def test_no_page_repeats_a_heading_or_paragraph():
+    para = "A paragraph long enough to count as one, " * 4
+    assert repeated_blocks(f"# A\n\n## B\n\n{para}\n\n## C\n\n{para}\n") == [f"line 9 repeats line 5: {para[:70]!r}"]
+    assert repeated_blocks("# A\n\n## B\n\ntext\n\n## B\n\nother\n")
+    assert not repeated_blocks(f"# A\n\n```\n## B\n```\n\n## B\n\n{para}\n\n| x |\n\n| x |\n")
+    bad = [f"{p.name} {b}" for p in PAGES for b in repeated_blocks(p.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def venv_commands(text: str) -> list[str]:
+    """Lines that run hpnlab as .venv/bin/hpnlab: the documented form is `hpnlab` (./bootstrap install links it
+    system-wide), except where the install itself is shown."""
+    return [line.strip() for line in text.splitlines() if re.search(r"\.venv/bin/hpnlab\b", line)
+            and not re.search(r"bootstrap|pip install|python3? -m venv", line)]
+
+
+def test_the_docs_run_hpnlab_as_hpnlab():
+    assert venv_commands("sudo .venv/bin/hpnlab up\n") and venv_commands("x `.venv/bin/hpnlab down` y\n")
+    assert not venv_commands("bootstrap: /usr/local/bin/hpnlab -> ~/hpnlab/.venv/bin/hpnlab\n")
+    bad = [f"{p.name}: {c}" for p in PAGES for c in venv_commands(p.read_text())]
+    assert not bad, "write `hpnlab` (or `sudo hpnlab`), not .venv/bin/hpnlab:\n" + "\n".join(bad)
+
+
+def figures_stated_twice(figs: list[Figure]) -> list[str]:
+    """A figure (one file, key and scale) that a page shows as two different numbers."""
+    shown: dict[tuple, Figure] = {}
+    bad = []
+    for f in figs:
+        first = shown.setdefault((f.file, f.key, f.op, f.by), f)
+        if first.num != f.num:
+            bad.append(f"{f.file}:{f.key} shown as {first.num} and as {f.num}")
+    return bad
+
+
+def test_a_page_states_a_figure_one_way():
+    figs, _ = parse_figures(f"[125.9][a] and later [126][b]\n\n[a]: ../{LF} \"k.median\"\n[b]: ../{LF} \"k.median\"\n",
+                            DOCS / "p.md")
+    assert figures_stated_twice(figs)
+    bad = [f"{p.name}: {b}" for p in PAGES for b in figures_stated_twice(parse_figures(p.read_text(), p)[0])]
+    assert not bad, "\n".join(bad)
