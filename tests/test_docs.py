@@ -124,6 +124,33 @@ def test_every_link_points_at_a_file():
             assert (p.parent / target).exists(), f"{p.name}: link to {target}, which does not exist"
 
 
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lowercase, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_anchors(page: Path) -> list[str]:
+    """Each link from page to a heading (file.md#anchor, or #anchor in the page) that the file does not have."""
+    bad = []
+    for m in re.finditer(r"\]\(([^)\s#]*)#([^)\s]+)\)", page.read_text()):
+        target = (page.parent / m[1]).resolve() if m[1] else page
+        if target.suffix != ".md" or not target.is_file():
+            continue
+        text = re.sub(r"```.*?```", "", target.read_text(), flags=re.S)
+        heads = {_slug(re.sub(r"^#+ ", "", line)) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
+        if m[2] not in heads:
+            bad.append(f"{_name(page) if page.is_relative_to(ROOT) else page.name}: {m[1]}#{m[2]}")
+    return bad
+
+
+def test_every_link_to_a_heading_finds_it(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("## The experiment (`x.yml`, §4)\n\n[a](#the-experiment-xyml-4) [b](#gone)\n")
+    assert broken_anchors(page) == ["p.md: #gone"]
+    bad = [b for p in PAGES + NOTES for b in broken_anchors(p)]
+    assert not bad, "links to headings that are not there (a section moved or was renamed):\n" + "\n".join(bad)
+
+
 def test_summary_columns_are_all_explained():
     from hpnlab.traffic.report import COLUMNS
 
