@@ -167,8 +167,11 @@ def base_spec(path: Path, spec: str | None) -> Path:
     if not spec:
         return EXAMPLES / "default.yml"
     given = path.parent / spec
-    if given.is_file():
-        return given
+    try:
+        if given.exists():  # a file, or something the spec loader refuses by name (a directory, a device)
+            return given
+    except OSError:  # a name too long for a path: not a file, maybe an example's name
+        pass
     stem = Path(spec).name.removesuffix(".yml").removesuffix(".yaml")
     if stem in examples() and Path(spec).parent.name in ("", "examples"):
         return EXAMPLES / f"{stem}.yml"
