@@ -154,14 +154,26 @@ def test_the_timeline_splits_a_converged_gap_into_detection_protocol_and_deliver
     assert timeline.classify("r0p1: micro-BFD up -> down (detect timer)") == "micro-bfd"
 
 
-def test_an_agents_wait_records_a_late_timer_and_not_one_never_set():
+def test_an_agents_wait_records_a_late_timer_and_not_one_never_set(monkeypatch):
+    from types import SimpleNamespace
+
     from hpnlab.node import agent
 
+    # The agent's clock and poller, made exact: on a loaded machine a real 10 ms wait can wake 5 ms late,
+    # and is then rightly judged late (the suite failed on that once), which is not what this checks
+    clock = SimpleNamespace(t=agent.STARTED + 100.0)
+
+    class Poller:
+        def poll(self, fds, timeout):
+            clock.t += timeout  # woken exactly at the deadline
+            return []
+
+    monkeypatch.setattr(agent, "time", SimpleNamespace(monotonic=lambda: clock.t, time=time.time))
+    monkeypatch.setattr(agent, "_POLLER", Poller())
     agent.TIMERS = LateBins()
     agent.wait([], 0.0)  # a port's first deadline (0 + period): not a timer due now
-    now = time.monotonic()
-    agent.wait([], now - 0.02)  # due 20 ms ago (the loop was busy): late
-    agent.wait([], time.monotonic() + 0.01)  # due in 10 ms: on time
+    agent.wait([], clock.t - 0.02)  # due 20 ms ago (the loop was busy): late
+    agent.wait([], clock.t + 0.01)  # due in 10 ms: on time
     rep = agent.TIMERS.report()
     assert rep["samples"] == 2 and rep["late"] == 1 and 19 <= rep["worst_ms"] < 1000
 
