@@ -156,6 +156,19 @@ def status(args) -> int:
     return 0 if healthy else 1
 
 
+def watch_cmd(args) -> int:
+    from hpnlab import watch
+
+    need_root("hpnlab watch")  # the poll enters the nodes' namespaces
+    lab = resolve_lab(args.lab)
+    open_lab(lab)  # one line if it is not running
+    if args.bind not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: the view of lab '{lab}' is open to every machine that reaches {args.bind}:{args.port} "
+              f"(no password); 'ssh -L {args.port}:127.0.0.1:{args.port}' keeps it private", file=sys.stderr)
+    watch.serve(lab, args.bind, args.port)
+    return 0
+
+
 def _open_node(args, what: str) -> tuple[Runtime, dict[str, NodeConfig]]:
     need_root(what)
     rt, cfgs = open_lab(resolve_lab(args.lab))
@@ -252,6 +265,19 @@ def add_parsers(sub) -> None:
             p.add_argument("--wait", type=float, metavar="S", help="poll until every check passes, at most S "
                                                                    "seconds (a lab still converging), then report")
         p.set_defaults(func=fn)
+
+    w = sub.add_parser("watch", help="a live web page of the lab: links, sessions, LACP, host routes, events",
+                       description="Serve a page that shows the lab's fabric with every link and node coloured by "
+                                   "its state (carrier, faults, impairments; FRR daemons, BGP and BFD sessions, LACP "
+                                   "members, host /32s), a list of what changed and when, and, while an experiment "
+                                   "runs on the lab, each probe stream's delivery and the workload's iterations with "
+                                   "the fault windows. Updated every second; Ctrl-C stops it.")
+    w.add_argument("--lab", help="lab name (default: the only running lab)")
+    w.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0: any free port)")
+    w.add_argument("--bind", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; from another machine use "
+                        "ssh -L 8765:127.0.0.1:8765)")
+    w.set_defaults(func=watch_cmd)
 
     e = sub.add_parser("exec", help="run a command inside a node (vtysh reaches that node's FRR)",
                        description="Example: hpnlab exec s0r0a -- vtysh -c 'show bgp summary'")
