@@ -20,7 +20,7 @@ import time
 
 from hpnlab.node.inet import receive_buffer
 from hpnlab.node.lateness import LateBins
-from hpnlab.node.reports import StopFlag, wait_until, write_json
+from hpnlab.node.reports import Live, StopFlag, wait_until, write_json
 
 MAGIC = b"HPNP"
 HEADER = struct.Struct("!4sIIQ")  # magic, flow, seq, tx time (ns since the epoch)
@@ -142,7 +142,8 @@ class FlowRx:
         return [g + [sum(1 for q in range(g[0] + 1, g[1]) if not self.seen[q])] for g in self.gaps]
 
 
-def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dict:
+def receive(bind: str, port: int, duration: float, start_at: float = 0.0, live: Live | None = None) -> dict:
+    """``live``: the count of packets received so far, for the live view (at most once a second)."""
     stop = StopFlag()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     receive_buffer(s, 8 << 20)
@@ -153,7 +154,10 @@ def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dic
     buf = bytearray(2048)
     end = (start_at or time.time()) + duration
     t_first = None
+    received = 0
     while not stop.flag and time.time() < end:
+        if live is not None:
+            live.tick(received)
         try:
             n, (addr, sport) = s.recvfrom_into(buf)
         except socket.timeout:
@@ -168,6 +172,7 @@ def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dic
         if fr is None:
             fr = flows[key] = FlowRx()
         fr.add(seq, tx, rx)
+        received += 1
         b = bins.setdefault(addr, {})
         k = rx // (BIN_MS * 1_000_000)
         b[k] = b.get(k, 0) + 1
@@ -204,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.mode == "send":
         rep = send(a.src, a.dst, a.dport, a.flows, a.rate, a.duration, a.sport_base, a.size, a.start_at)
     else:
-        rep = receive(a.bind, a.port, a.duration, a.start_at)
+        rep = receive(a.bind, a.port, a.duration, a.start_at, Live(a.out))
     write_json(rep, a.out)
     return 0
 
