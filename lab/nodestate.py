@@ -52,10 +52,11 @@ def node_row(rt: Runtime, n: str, c: NodeConfig, daemons: dict[str, list[bool]],
         counts["bgp"] = [int(bgp["detail"].split("/", 1)[0]) if bgp["detail"][:1].isdigit() else 0,
                          len(c.fabric_ifaces)]
         oks += [sum(alive) == want, bgp["ok"]]
-    for ag in verify.check_agents(rt, {n: c}):  # none for routers and kernel-bonded hosts
+    status = verify.read_status(rt, n)  # read once: a ToR's is a few KB of JSON
+    for ag in verify.check_agents(rt, {n: c}, {n: status}):  # none for routers and kernel-bonded hosts
         row["agent"] = "ok" if ag["ok"] else ag["detail"]
         oks.append(ag["ok"])
-    st = verify.read_status(rt, n) or {}
+    st = status or {}
     ports = lacp_ports(c, st)
     if "agent" in row and c.mechanisms["lacp"] and c.role in ("tor", "host"):
         cd = sum(p["mux"] == "collecting_distributing" for p in ports)

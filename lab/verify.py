@@ -108,12 +108,13 @@ def check_config(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
     return pmap(one, cfgs.items())
 
 
-def check_agents(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
+def check_agents(rt: Runtime, cfgs: dict[str, NodeConfig], statuses: dict[str, dict | None] | None = None) -> list[dict]:
+    """``statuses``: node -> its status as the caller already read it (else read here)."""
     out = []
     for n, c in cfgs.items():
         if c.role not in ("tor", "host") and not c.multipath:  # nodes without an agent
             continue
-        st = read_status(rt, n)
+        st = statuses[n] if statuses is not None and n in statuses else read_status(rt, n)
         alive, what = rt.agent_alive(n)
         if not alive:
             out.append(_check(f"agent {n}", False, f"{what} (see {rt.agent_log(n)})"))

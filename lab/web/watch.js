@@ -114,8 +114,10 @@
     else { h.textContent = `${badLinks} link(s), ${badNodes} node(s) not healthy`; h.className = "pill bad"; }
     const f = $("#faults");
     f.innerHTML = "";
-    for (const label of [...(msg.faults || []), ...Object.keys(msg.impairments || {}).map((k) => `impair ${k}`)]) {
-      const s = document.createElement("span"); s.className = "pill"; s.textContent = label; f.appendChild(s);
+    const pills = [...(msg.faults || []).map((l) => [l, "fault"]),
+      ...Object.keys(msg.impairments || {}).map((k) => [`impair ${k}`, "impair"])];
+    for (const [label, kind] of pills) {
+      const s = document.createElement("span"); s.className = `pill ${kind}`; s.textContent = label; f.appendChild(s);
     }
   }
   setInterval(() => {
