@@ -11,6 +11,7 @@ the page's charts are uPlot, served from the package (hpnlab.web): nothing is fe
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import signal
 import socket
@@ -174,6 +175,9 @@ def check_bind(bind: str, port: int) -> None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(addr)
     except OSError as e:
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise SpecError(f"--bind: {bind} is not an address of this machine; give one of its own, "
+                            f"e.g. 127.0.0.1") from None
         raise SpecError(f"--port {port} on {bind}: {e.strerror}; choose another with --port (0: any free one)") from None
     finally:
         s.close()

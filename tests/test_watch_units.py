@@ -141,3 +141,37 @@ def test_the_runner_lines_reach_the_reader(tmp_path):
     (tmp_path / live.FILE).unlink()  # a new lab's file: read from its start
     pub.tick(done=True)
     assert len(tail.read()) == 1
+
+
+def test_bad_bind_and_port_are_one_line_naming_the_flag():
+    import socket
+
+    import pytest
+
+    from hpnlab.errors import SpecError
+    from hpnlab.watch import check_bind
+
+    with pytest.raises(SpecError, match="^--port: 70000 is not a port"):
+        check_bind("127.0.0.1", 70000)
+    with pytest.raises(SpecError, match="^--bind: 'no.such.host.invalid' is not an address"):
+        check_bind("no.such.host.invalid", 8765)
+    with pytest.raises(SpecError, match="^--bind: 192.0.2.1 is not an address of this machine"):
+        check_bind("192.0.2.1", 8765)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        with pytest.raises(SpecError, match=f"^--port {s.getsockname()[1]} on 127.0.0.1: Address already in use"):
+            check_bind("127.0.0.1", s.getsockname()[1])
+    finally:
+        s.close()
+    check_bind("127.0.0.1", 0)  # any free port
+
+
+def test_the_page_ships_in_the_package_with_every_placeholder():
+    from hpnlab.watch import page_file
+
+    html = page_file("watch.html")
+    for key in ("{{svg}}", "{{js}}", "{{css}}", "{{uplot_js}}", "{{uplot_css}}", "{{info}}", "{{title}}"):
+        assert key in html
+    assert "EventSource" in page_file("watch.js") and "line.link" in page_file("watch.css")

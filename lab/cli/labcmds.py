@@ -162,6 +162,7 @@ def watch_cmd(args) -> int:
     need_root("hpnlab watch")  # the poll enters the nodes' namespaces
     lab = resolve_lab(args.lab)
     open_lab(lab)  # one line if it is not running
+    watch.check_bind(args.bind, args.port)  # one line naming the flag, before anything is said or started
     if args.bind not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: the view of lab '{lab}' is open to every machine that reaches {args.bind}:{args.port} "
               f"(no password); 'ssh -L {args.port}:127.0.0.1:{args.port}' keeps it private", file=sys.stderr)
