@@ -17,7 +17,7 @@
 
 The machine's load average and CPU count are recorded before and after each part: on a busy machine these
 figures measure the neighbours too. Results: OUT/results.json and OUT/summary.txt (default results/watch-cost),
-and OUT/page-after-the-run.png, the page as the experiment with the view left it.
+and OUT/page-at-the-run-end.png, the page as the first repetition with the view ended.
 """
 
 from __future__ import annotations
@@ -197,8 +197,15 @@ def run_experiment(exp: Path, out: Path, reps: int, duration: float | None, with
             view.append(v)
             v.open_page()
             opened.append(time.time())
+            while shot is not None and run.poll() is None:  # the page when the first repetition ends
+                if v.page.js("const l = window.watch.live; return l.length > 0 && l[l.length - 1].done"):
+                    v.page.driver.save_screenshot(str(shot))
+                    break
+                time.sleep(0.2)
         except SystemExit as e:
             print(e, file=sys.stderr)
+        except Exception as e:  # the page closed under it: the run ended first
+            print(f"bench/watch_cost.py: no screenshot of the page ({e.__class__.__name__})", file=sys.stderr)
 
     th = threading.Thread(target=attach, daemon=True) if with_view else None
     if th:
@@ -207,8 +214,6 @@ def run_experiment(exp: Path, out: Path, reps: int, duration: float | None, with
     if th:
         th.join(timeout=5)
     for v in view:
-        if shot is not None and v.page is not None:  # the page as the run left it: charts and events
-            v.page.driver.save_screenshot(str(shot))
         v.stop()
     res = json.loads((out / "results.json").read_text())
     t0s = [json.loads((d / "run.json").read_text())["t0"] for d in sorted((out / "raw").glob("*/rep*"))
@@ -269,7 +274,7 @@ def main() -> int:
                 print(f"experiment {'with' if with_view else 'without'} the view", flush=True)
                 rec["experiment"].append(run_experiment(exp, Path(tmp) / ("with" if with_view else "without"),
                                                         a.repetitions, a.duration, with_view,
-                                                        out / "page-after-the-run.png"))
+                                                        out / "page-at-the-run-end.png"))
     rec["finished"] = time.time()
     (out / "results.json").write_text(json.dumps(rec, indent=1) + "\n")
     (out / "summary.txt").write_text(summary(rec))

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from hpnlab import nodestate, verify
-from hpnlab.models import NodeConfig
+from hpnlab.models import LabState, NodeConfig
 from hpnlab.node import nsenter, rtnl
 from hpnlab.picture import link_id
 from hpnlab.runtime.base import Runtime
@@ -195,6 +195,7 @@ class Poller:
     agent_seen: dict[str, float] = field(default_factory=dict)
     last: dict | None = None
     last_inputs: dict = field(default_factory=dict)
+    state_mtime: int | None = None
 
     def __post_init__(self) -> None:
         self.links = links_of(self.topo, self.cfgs)
@@ -235,21 +236,44 @@ class Poller:
             alive = nodestate.daemons_alive(self.rt, self.pids)
         return alive
 
+    def touched(self, before: dict, now: dict) -> set[str]:
+        """The nodes whose sessions a change of the recorded faults or impairments can move: each changed
+        one's node and the peers across its interface (across every link of the node, for a fault on the
+        whole node: power-off, hang, bgp-shutdown)."""
+        def keyed(d: dict) -> dict[str, tuple[str, list[str]]]:
+            out = {json.dumps(f, sort_keys=True): (f["node"], [i for i in (f.get("iface") or "").split(",") if i])
+                   for f in d.get("faults", [])}
+            out.update({f"impair {k} {json.dumps(v, sort_keys=True)}": (k.split(":", 1)[0], [k.split(":", 1)[1]])
+                        for k, v in d.get("impairments", {}).items()})
+            return out
+
+        a, b = keyed(before), keyed(now)
+        nodes: set[str] = set()
+        for key in set(a) ^ set(b):
+            node, ifaces = (a.get(key) or b[key])
+            nodes.add(node)
+            for (n1, i1), (n2, i2) in (lk.ends for lk in self.links):
+                if n1 == node and (not ifaces or i1 in ifaces):
+                    nodes.add(n2)
+                elif n2 == node and (not ifaces or i2 in ifaces):
+                    nodes.add(n1)
+        return nodes
+
     def to_ask(self, now: float, carrier: dict, daemons: dict, data: dict) -> list[str]:
-        """The routers whose bgpd and bfdd are asked now: those whose links or daemons changed, all of
-        them when a fault or an impairment came or went (its effect on BGP and BFD comes later: they stay
+        """The routers whose bgpd and bfdd are asked now: those whose links or daemons changed or that a
+        fault or an impairment that came or went touches (its effect on BGP and BFD comes later: they stay
         asked for ``hot_for`` s), those not all up at the last ask, and those not asked for ``refresh`` s.
         Not the kernel's TCP connections (verify.PollMemo's): an inet_diag dump walks every namespace's
         connection table, ~5 ms of kernel time per router on a machine running other labs."""
         prev = self.last_inputs
-        every = (data.get("faults"), data.get("impairments")) != prev.get("lab")
+        lab = {"faults": data.get("faults", []), "impairments": data.get("impairments", {})}
+        touched = self.touched(prev["lab"], lab) if "lab" in prev else set()
         for n in self.routers:
             ns = self.rt.netns(n)
-            if every or carrier.get(n) != prev.get("carrier", {}).get(n) or \
-                    daemons.get(ns) != prev.get("daemons", {}).get(ns):
+            if n in touched or ("carrier" in prev and carrier.get(n) != prev["carrier"].get(n)) or \
+                    ("daemons" in prev and daemons.get(ns) != prev["daemons"].get(ns)):
                 self.hot_until[n] = now + self.hot_for
-        self.last_inputs = {"lab": (data.get("faults"), data.get("impairments")), "carrier": carrier,
-                            "daemons": daemons}
+        self.last_inputs = {"lab": lab, "carrier": carrier, "daemons": daemons}
         out = []
         for n in self.routers:
             b, f = self.bgp.get(n), self.bfd.get(n, (0, 0))
@@ -270,7 +294,11 @@ class Poller:
         changed since the last call (hpnlab.fabricstate.diff) and the agents' new events, oldest first."""
         now = time.time()
         try:
+            mtime = self.rt.state.path.stat().st_mtime_ns
             data = json.loads(self.rt.state.path.read_text())
+            if mtime != self.state_mtime:  # the lab's record changed (agents started, a fault): read it again
+                self.rt.state.data = LabState.model_validate(data)
+                self.state_mtime, self.pids = mtime, None
         except (OSError, ValueError):
             snap = {"t": now, "running": False, "links": {}, "nodes": {}, "faults": [], "impairments": {}}
             events = diff(self.last, snap)

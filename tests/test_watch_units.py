@@ -126,12 +126,13 @@ def test_the_runner_lines_reach_the_reader(tmp_path):
     tail = live.Tail(tmp_path)
     assert tail.read() == []
     (run_dir / "probe-0.rx.json.live").write_text(json.dumps({"t": time.time(), "count": 250}))
+    (run_dir / "probe-0.tx.json.live").write_text(json.dumps({"t": time.time(), "count": 300}))
     (run_dir / "rank0.json.live").write_text(json.dumps({"t": time.time(), "count": 7}))
     (run_dir / "rank1.json.live").write_text(json.dumps({"t": time.time(), "count": 6}))
     pub.tick()
     pub.tick()  # within the second: nothing more
     (ln,) = tail.read()
-    assert ln["streams"] == {"main": {"received": 250, "pps": 500.0}} and ln["iterations"] == 6
+    assert ln["streams"] == {"main": {"received": 250, "sent": 300, "pps": 500.0}} and ln["iterations"] == 6
     assert ln["faults"] == [{"label": "link-down s0h0:r0p0", "applied": 100.0, "reverted": None}]
     assert ln["variant"] == "base" and ln["t0"] == 99.0 and not ln["done"]
     timeline[0]["reverted"] = 102.0  # the runner's record, updated in place by revert_fault
@@ -175,3 +176,26 @@ def test_the_page_ships_in_the_package_with_every_placeholder():
     for key in ("{{svg}}", "{{js}}", "{{css}}", "{{uplot_js}}", "{{uplot_css}}", "{{info}}", "{{title}}"):
         assert key in html
     assert "EventSource" in page_file("watch.js") and "line.link" in page_file("watch.css")
+
+
+def test_a_fault_makes_only_its_node_and_peers_asked():
+    from types import SimpleNamespace
+
+    from hpnlab.topology import End, Link
+
+    links = [Link(End("s0h0", "r0p0", ""), End("s0r0a", "h0p0", ""), "access"),
+             Link(End("s0r0a", "agg0-0", ""), End("agg0-0", "s0r0a", ""), "uplink"),
+             Link(End("s0r0a", "agg0-1", ""), End("agg0-1", "s0r0a", ""), "uplink"),
+             Link(End("s1r0a", "agg0-0", ""), End("agg0-0", "s1r0a", ""), "uplink")]
+    p = fs.Poller.__new__(fs.Poller)
+    cfgs = {n: SimpleNamespace(iface=lambda i: None) for n in ("s0h0", "s0r0a", "agg0-0", "agg0-1", "s1r0a")}
+    p.links = fs.links_of(SimpleNamespace(links=links), cfgs)
+    none = {"faults": [], "impairments": {}}
+    one_way = {"faults": [{"kind": "one-way", "node": "s0r0a", "iface": "agg0-0"}], "impairments": {}}
+    assert p.touched(none, one_way) == {"s0r0a", "agg0-0"}
+    assert p.touched(one_way, none) == {"s0r0a", "agg0-0"}  # its revert too
+    assert p.touched(one_way, one_way) == set()
+    hang = {"faults": [{"kind": "hang", "node": "s0r0a", "iface": None}], "impairments": {}}
+    assert p.touched(none, hang) == {"s0r0a", "s0h0", "agg0-0", "agg0-1"}
+    loss = {"faults": [], "impairments": {"agg0-0:s1r0a": {"loss_pct": 1.0}}}
+    assert p.touched(none, loss) == {"agg0-0", "s1r0a"}

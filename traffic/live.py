@@ -1,7 +1,7 @@
 """An experiment's progress as it runs, for the live view (``hpnlab watch``): once a second the runner
 appends one JSON line to ``live.jsonl`` in the lab's state directory (removed with the lab) saying which
 repetition runs, its start and length, the faults applied and reverted so far, each probe stream's packets
-received and the workload's iterations done. The counts come from the node tools' ``<report>.live`` files
+sent and received and the workload's iterations done. The counts come from the node tools' ``<report>.live`` files
 (hpnlab.node.reports.Live), which they rewrite at most once a second; the runner only reads them.
 
 The watch server tails the file: nothing here talks to it, and a run with no page open costs one small
@@ -34,16 +34,19 @@ class Publisher:
                  streams: list[dict], procs: list[dict], timeline: list[dict]):
         self.path = lab_dir / FILE
         self.head = {"variant": variant, "rep": label, "run_dir": str(run_dir), "t0": t0, "duration": duration}
-        # stream name -> (its receiver's live file, packets per second it is sent at)
-        self.streams = {s["name"]: (Path(p["out"] + ".live"), s["pps"]) for s in streams for p in procs
-                        if p.get("role") == "receiver" and p.get("probe") == s["name"]}
+        # stream name -> (its receiver's live file, its sender's, packets per second it is sent at)
+        ends = {(p.get("probe"), p.get("role")): Path(p["out"] + ".live") for p in procs
+                if p.get("role") in ("receiver", "sender")}
+        self.streams = {s["name"]: (ends.get((s["name"], "receiver")), ends.get((s["name"], "sender")), s["pps"])
+                        for s in streams if (s["name"], "receiver") in ends}
         self.ranks = [Path(p["out"] + ".live") for p in procs if p.get("role") not in ("receiver", "sender")
                       and p.get("out")]
         self.timeline = timeline  # the runner's fault records ({"label", "applied", "reverted"}), updated in place
         self.next_at = 0.0
 
     def line(self, now: float, done: bool = False) -> dict:
-        streams = {name: {"received": read_count(path), "pps": pps} for name, (path, pps) in self.streams.items()}
+        streams = {name: {"received": read_count(rx), "sent": read_count(tx) if tx else None, "pps": pps}
+                   for name, (rx, tx, pps) in self.streams.items()}
         counts = [c for c in map(read_count, self.ranks) if c is not None]
         return {"t": round(now, 3), **self.head, "done": done, "streams": streams,
                 # every rank of a collective ends an iteration together: the job has done the fewest's count

@@ -43,13 +43,14 @@ LATE_GRACE_S = 1.0
 
 
 def send(src: str, dst: str, dport: int, flows: int, rate: float, duration: float, sport_base: int,
-         size: int = 64, start_at: float = 0.0) -> dict:
+         size: int = 64, start_at: float = 0.0, live: Live | None = None) -> dict:
     """Send ``flows`` x ``rate`` packets/s round-robin on an absolute schedule (no drift); if the CPU
     falls behind, packets go out late rather than being skipped, and the lag is reported. Never past
     ``duration`` + LATE_GRACE_S: the receivers listen 1.5 s longer than the senders' window, so a packet
     sent later could only count as lost; what was still due then is reported as ``unsent`` instead (a
     machine that far behind is flagged by the lateness meter anyway). Measured: under an emulated CPU
-    (QEMU TCG) a sender ran 19 s past its 9 s window and the experiment's wait for it gave up."""
+    (QEMU TCG) a sender ran 19 s past its 9 s window and the experiment's wait for it gave up. ``live``: the
+    count sent so far, for the live view (at most once a second)."""
     stop = StopFlag()
     socks = []
     for i in range(flows):
@@ -91,6 +92,8 @@ def send(src: str, dst: str, dport: int, flows: int, rate: float, duration: floa
             errors[f] += 1
         seq[f] += 1
         k += 1
+        if live is not None:
+            live.tick(k)
     elapsed = time.monotonic() - t0m
     for s in socks:
         s.close()
@@ -207,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         x.add_argument("--out", required=True)
     a = p.parse_args(argv)
     if a.mode == "send":
-        rep = send(a.src, a.dst, a.dport, a.flows, a.rate, a.duration, a.sport_base, a.size, a.start_at)
+        rep = send(a.src, a.dst, a.dport, a.flows, a.rate, a.duration, a.sport_base, a.size, a.start_at,
+                   Live(a.out))
     else:
         rep = receive(a.bind, a.port, a.duration, a.start_at, Live(a.out))
     write_json(rep, a.out)

@@ -152,8 +152,10 @@
       xs.push(+(b.t - b.t0).toFixed(2));
       for (const n of names) {
         const sa = (a.streams || {})[n], sb = (b.streams || {})[n];
+        // packets received over packets sent in the second (the requested rate where senders do not say)
         const ok = sa && sb && sa.received !== null && sb.received !== null && b.t > b.t0;
-        streams[n].push(ok ? Math.min(100, 100 * (sb.received - sa.received) / dt / sb.pps) : null);
+        const sent = sa && sb && sa.sent != null && sb.sent != null ? sb.sent - sa.sent : sb && sb.pps * dt;
+        streams[n].push(ok && sent > 0 ? Math.min(100, 100 * (sb.received - sa.received) / sent) : null);
       }
       its.push(a.iterations !== null && b.iterations !== null ? (b.iterations - a.iterations) / dt : null);
     }
@@ -161,8 +163,9 @@
   }
   function makeCharts(s, width) {
     const common = (title, label) => ({ title, width, height: 190, scales: { x: { time: false } },
-      axes: [{ label: "seconds into the repetition" }, { label }], hooks: { drawClear: [faultBands] } });
+      axes: [{ label: "seconds into the repetition" }, { label, size: 60 }], hooks: { drawClear: [faultBands] } });
     const d = new uPlot({ ...common("delivery per probe stream (shaded: faults)", "% of packets sent"),
+      scales: { x: { time: false }, y: { range: [0, 105] } },
       series: [{}, ...s.names.map((n, i) => ({ label: n, stroke: STREAM_COLOURS[i % 6], width: 2 }))] },
       [s.xs, ...s.names.map((n) => s.streams[n])], $("#chart-delivery"));
     const it = new uPlot({ ...common("workload iterations per second", "iterations/s"),
@@ -178,12 +181,15 @@
     }
     const last = watch.live[watch.live.length - 1];
     const box = $("#experiment");
-    if (!last || (last.done && Date.now() / 1000 - last.t > 120)) { box.hidden = true; return; }
+    if (!last || (last.done && Date.now() / 1000 - last.t > 120)) {
+      box.hidden = true; document.body.classList.remove("with-exp"); return;
+    }
     box.hidden = false;
+    document.body.classList.add("with-exp");
     $("#exp-title").textContent = `variant ${last.variant}, repetition ${last.rep}` +
       (last.done ? " (finished)" : `: ${Math.max(0, last.t - last.t0).toFixed(0)} / ${last.duration} s`);
     const s = series(watch.live);
-    const width = Math.max(400, $("#fabric").clientWidth - 24);
+    const width = Math.max(340, ($("#fabric").clientWidth - 40) / 2);  // the two charts side by side
     if (!charts || charts.names !== s.names.join(",")) {
       if (charts) { charts.d.destroy(); charts.it.destroy(); }
       charts = makeCharts(s, width);
