@@ -299,7 +299,11 @@ class Poller:
             if mtime != self.state_mtime:  # the lab's record changed (agents started, a fault): read it again
                 self.rt.state.data = LabState.model_validate(data)
                 self.state_mtime, self.pids = mtime, None
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # taken down: if it comes back, its namespaces and daemons are new
+            self.close()
+            self.bgp.clear()
+            self.bfd.clear()
+            self.pids = self.state_mtime = None
             snap = {"t": now, "running": False, "links": {}, "nodes": {}, "faults": [], "impairments": {}}
             events = diff(self.last, snap)
             self.last = snap

@@ -19,7 +19,6 @@ import sys
 import time
 from collections import deque
 from importlib import resources
-from pathlib import Path
 
 from hpnlab import orchestrate, topology, web
 from hpnlab.errors import SpecError

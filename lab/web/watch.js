@@ -99,7 +99,11 @@
       li.innerHTML = `<time></time><span></span>`;
       li.firstChild.textContent = clock(e.t);
       li.lastChild.textContent = e.what;
-      list.insertBefore(li, list.firstChild);
+      li.dataset.t = e.t;
+      // newest first: an agent's event can be older than the last poll's (it logged it meanwhile)
+      let at = list.firstChild;
+      while (at && +at.dataset.t > e.t) at = at.nextSibling;
+      list.insertBefore(li, at);
     }
     while (list.children.length > 400) list.removeChild(list.lastChild);
   }
@@ -162,9 +166,9 @@
     return { xs, names, streams, its };
   }
   function makeCharts(s, width) {
-    const common = (title, label) => ({ title, width, height: 190, scales: { x: { time: false } },
+    const common = (title, label) => ({ title, width, height: 200, scales: { x: { time: false } },
       axes: [{ label: "seconds into the repetition" }, { label, size: 60 }], hooks: { drawClear: [faultBands] } });
-    const d = new uPlot({ ...common("delivery per probe stream (shaded: faults)", "% of packets sent"),
+    const d = new uPlot({ ...common("delivery per probe stream (faults shaded)", "% of packets sent"),
       scales: { x: { time: false }, y: { range: [0, 105] } },
       series: [{}, ...s.names.map((n, i) => ({ label: n, stroke: STREAM_COLOURS[i % 6], width: 2 }))] },
       [s.xs, ...s.names.map((n) => s.streams[n])], $("#chart-delivery"));
