@@ -39,6 +39,11 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    try:  # the main thread running answers it with one read (a poll asks this of every daemon each second)
+        if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] not in ("Z", "X"):
+            return True
+    except (OSError, IndexError):
+        pass
     return any(s not in ("Z", "X") for s in _thread_states(pid))
 
 

@@ -108,12 +108,13 @@ def check_config(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
     return pmap(one, cfgs.items())
 
 
-def check_agents(rt: Runtime, cfgs: dict[str, NodeConfig]) -> list[dict]:
+def check_agents(rt: Runtime, cfgs: dict[str, NodeConfig], statuses: dict[str, dict | None] | None = None) -> list[dict]:
+    """``statuses``: node -> its status as the caller already read it (else read here)."""
     out = []
     for n, c in cfgs.items():
         if c.role not in ("tor", "host") and not c.multipath:  # nodes without an agent
             continue
-        st = read_status(rt, n)
+        st = statuses[n] if statuses is not None and n in statuses else read_status(rt, n)
         alive, what = rt.agent_alive(n)
         if not alive:
             out.append(_check(f"agent {n}", False, f"{what} (see {rt.agent_log(n)})"))
@@ -238,23 +239,25 @@ def check_bgp(rt: Runtime, cfgs: dict[str, NodeConfig], memo: PollMemo | None = 
             return _check(f"bgp {n}", False, f"{tcp}/{want} sessions connected (TCP; BGP state not asked yet)")
         if memo is not None and tcp is not None and n in memo.bgp:
             return memo.bgp[n]
-        res = ask(n, want)
+        res = ask_bgp(rt, n, want)
         if memo is not None and res["ok"]:
             memo.bgp[n] = res
         return res
 
-    def ask(n: str, want: int) -> dict:
-        data = rt.daemon_json(n, "bgpd", "show bgp summary json", timeout=VTYSH_TIMEOUT)
-        if not isinstance(data, dict):
-            sock = rt.vty_socket(n, "bgpd")
-            if sock is not None and not vty.listening(sock):
-                return _check(f"bgp {n}", False, f"bgpd not running (nothing listens on {sock})")
-            return _check(f"bgp {n}", False, f"bgpd not answering (within {VTYSH_TIMEOUT:g} s)")
-        peers = (data.get("ipv4Unicast") or {}).get("peers", {})
-        up = sum(1 for p in peers.values() if p.get("state") == "Established")
-        return _check(f"bgp {n}", up == want, f"{up}/{want} sessions established")
-
     return pmap(one, routers)
+
+
+def ask_bgp(rt: Runtime, n: str, want: int, timeout: float = VTYSH_TIMEOUT) -> dict:
+    """The router's BGP check as bgpd says it (its vty socket where this machine reaches it, else vtysh)."""
+    data = rt.daemon_json(n, "bgpd", "show bgp summary json", timeout=timeout)
+    if not isinstance(data, dict):
+        sock = rt.vty_socket(n, "bgpd")
+        if sock is not None and not vty.listening(sock):
+            return _check(f"bgp {n}", False, f"bgpd not running (nothing listens on {sock})")
+        return _check(f"bgp {n}", False, f"bgpd not answering (within {timeout:g} s)")
+    peers = (data.get("ipv4Unicast") or {}).get("peers", {})
+    up = sum(1 for p in peers.values() if p.get("state") == "Established")
+    return _check(f"bgp {n}", up == want, f"{up}/{want} sessions established")
 
 
 def expected_prefixes(cfgs: dict[str, NodeConfig]) -> set[str]:

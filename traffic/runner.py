@@ -26,6 +26,7 @@ from hpnlab.traffic import faults as faultmod
 from hpnlab.traffic import (graywatch, grayfigures, htmlreport, measure, nodebytes, reorder, report, routemon, slip,
                             timeline, workloads)
 from hpnlab.traffic.experiment import Experiment, Plan
+from hpnlab.traffic.live import Publisher
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
 
@@ -98,6 +99,8 @@ class Repetition:
             self.watch.begin()
         t0 = time.time() + START_SLACK + workloads.get(self.plan.workload.kind).lead(self.plan.workload)
         plan = launch_plan(self.plan, self.dir, t0, self.duration)
+        live = Publisher(self.lab.runtime.state.dir, self.dir, self.plan.name, self.label, t0, self.duration,
+                         [{"name": p.name, "pps": p.flows * p.rate} for p in self.plan.probes], plan, self.timeline)
         moments, nodes = nodebytes.plan_moments(self.plan.faults, self.plan.cfgs, t0, self.duration)
         if moments:
             self.counters = nodebytes.Reader(self.lab.runtime, moments, nodes).start()
@@ -129,6 +132,7 @@ class Repetition:
                         self.watch.repaired(f)
             if now >= end or (not pending and not active and workloads.get(self.plan.workload.kind).done(self.procs)):
                 break
+            live.tick()  # the live view's line, once a second (hpnlab.traffic.live)
             note = ", ".join(f.label for f in active) or "no fault active"
             self.progress.bar(self.label, max(0.0, now - t0), self.duration, note)
             self._check_procs()
@@ -136,6 +140,7 @@ class Repetition:
         if self.watch is not None:  # its isolations back in service, before the runner's own faults go
             self.watch.end(self.dir)
         self.lab.revert_faults()  # faults that last to the end of the run
+        live.close()
         self.progress.end_bar()
         deadline = time.monotonic() + 20
         for spec, p in self.procs:

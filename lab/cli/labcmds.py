@@ -6,13 +6,11 @@ import argparse
 import json
 import os
 import sys
-import time
 
-from hpnlab import addresses, frr, runtime as runtimes, verify
+from hpnlab import addresses, nodestate, runtime as runtimes, verify
 from hpnlab.errors import RuntimeFailure, SpecError
 from hpnlab.models import NodeConfig
 from hpnlab.orchestrate import adopt, bring_up, need_root, open_lab, resolve_lab, tear_down, wait_healthy
-from hpnlab.proc import pid_alive
 from hpnlab.progress import Progress
 from hpnlab.runtime.base import Runtime, running_labs, state_dir
 from hpnlab.spec import load_spec
@@ -127,47 +125,12 @@ def status(args) -> int:
             return 2
         open_lab(lab)  # one line: not running, and which labs are
     rt, cfgs = open_lab(lab)
-    daemons: dict[str, list[bool]] = {}
-    for pid, ns in rt.frr_pids().items():
-        daemons.setdefault(ns, []).append(pid_alive(pid))
+    daemons = nodestate.daemons_alive(rt)
     containers = rt.inspect()  # the container engine's own view of the nodes, where there is one
-    rows = []
-    for n, c in cfgs.items():
-        row: dict = {"node": n, "role": c.role, "netns": rt.netns(n), "addresses": addresses.cell(c)}
-        if c.role == "host":
-            row["nics"] = addresses.host_addresses(c)
-        elif c.role == "tor" and c.subnet:
-            row["subnet"], row["gateway"] = c.subnet, c.gateway
-        oks = []
-        if containers is not None:
-            row["container"] = containers.get(n, {}).get("state", "missing")
-            oks.append(row["container"] == "running")
-        if c.role != "host":
-            alive, want = daemons.get(rt.netns(n), []), len(frr.daemons(c.bfd))
-            row["frr"] = f"{sum(alive)}/{want} daemons"
-            bgp = verify.check_bgp(rt, {n: c})[0]
-            row["bgp"] = bgp["detail"]
-            oks += [sum(alive) == want, bgp["ok"]]
-        for ag in verify.check_agents(rt, {n: c}):  # none for routers and kernel-bonded hosts
-            row["agent"] = "ok" if ag["ok"] else ag["detail"]
-            oks.append(ag["ok"])
-        st = verify.read_status(rt, n) or {}
-        ports = st.get("ports", []) if c.role == "tor" else [p for nic in st.get("nics", []) for p in nic["ports"]]
-        if "agent" in row and c.mechanisms["lacp"] and c.role in ("tor", "host"):
-            cd = sum(p["mux"] == "collecting_distributing" for p in ports)
-            row["lacp"] = f"{cd}/{len(ports)} ports C/D"
-            oks.append(bool(ports) and cd == len(ports))
-        if c.role == "tor":
-            row["host_routes"] = len(st.get("host_routes", {}))
-        late = [ms for t, ms in st.get("timers_late", {}).get("bins", []) if t > time.time() - 60]
-        if "timers_late" in st:  # the lateness meter: the agent's worst late timer over the last minute
-            row["late"] = f"{max(late):g} ms" if late else "-"
-        if c.multipath and st.get("advertised_mbit"):  # an agg's FARE agent: what it advertises now
-            bw = st["advertised_mbit"].values()
-            row["fare"] = f"{min(bw)}-{max(bw)} Mbit/s, {st.get('updates', 0)} updates" + \
-                (f", {st['failures']} failed (see {rt.agent_log(n)})" if st.get("failures") else "")
-        row["ok"] = all(oks)
-        rows.append(row)
+    rows = [nodestate.node_row(rt, n, c, daemons, containers) for n, c in cfgs.items()]
+    for r in rows:  # the live view's counts and events stay out of the table and the JSON
+        for k in [k for k in r if k.startswith("_")]:
+            del r[k]
     healthy = all(r["ok"] for r in rows)
     if args.json:
         json.dump({"lab": lab, "running": True, "runtime": rt.name, "healthy": healthy, "nodes": rows,
@@ -191,6 +154,20 @@ def status(args) -> int:
         print(f"  {where}: {s['subnet']} gateway {s['gateway']} (ToRs {', '.join(s['tors']) or '-'}; "
               f"{len(s['hosts'])} host(s))")
     return 0 if healthy else 1
+
+
+def watch_cmd(args) -> int:
+    from hpnlab import watch
+
+    need_root("hpnlab watch")  # the poll enters the nodes' namespaces
+    lab = resolve_lab(args.lab)
+    open_lab(lab)  # one line if it is not running
+    watch.check_bind(args.bind, args.port)  # one line naming the flag, before anything is said or started
+    if args.bind not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: the view of lab '{lab}' is open to every machine that reaches {args.bind}:{args.port} "
+              f"(no password); 'ssh -L {args.port}:127.0.0.1:{args.port}' keeps it private", file=sys.stderr)
+    watch.serve(lab, args.bind, args.port)
+    return 0
 
 
 def _open_node(args, what: str) -> tuple[Runtime, dict[str, NodeConfig]]:
@@ -289,6 +266,19 @@ def add_parsers(sub) -> None:
             p.add_argument("--wait", type=float, metavar="S", help="poll until every check passes, at most S "
                                                                    "seconds (a lab still converging), then report")
         p.set_defaults(func=fn)
+
+    w = sub.add_parser("watch", help="a live web page of the lab: links, sessions, LACP, host routes, events",
+                       description="Serve a page that shows the lab's fabric with every link and node coloured by "
+                                   "its state (carrier, faults, impairments; FRR daemons, BGP and BFD sessions, LACP "
+                                   "members, host /32s), a list of what changed and when, and, while an experiment "
+                                   "runs on the lab, each probe stream's delivery and the workload's iterations with "
+                                   "the fault windows. Updated every second; Ctrl-C stops it.")
+    w.add_argument("--lab", help="lab name (default: the only running lab)")
+    w.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0: any free port)")
+    w.add_argument("--bind", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; from another machine use "
+                        "ssh -L 8765:127.0.0.1:8765)")
+    w.set_defaults(func=watch_cmd)
 
     e = sub.add_parser("exec", help="run a command inside a node (vtysh reaches that node's FRR)",
                        description="Example: hpnlab exec s0r0a -- vtysh -c 'show bgp summary'")

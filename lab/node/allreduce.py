@@ -271,6 +271,7 @@ class Ring:
         t_start = time.time()
         end = time.monotonic() + duration
         iterations: list[float] = []
+        self.iterations = iterations  # read by the live view (jobrun.run_job)
         computed: list[float] = []  # when each iteration's compute ended (wall clock)
         aborted = None
         step = self.step = 0

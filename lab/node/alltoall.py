@@ -170,6 +170,7 @@ class AllToAll:
         t_start = time.time()
         end = time.monotonic() + duration
         iterations: list[float] = []
+        self.iterations = iterations  # read by the live view (jobrun.run_job)
         computed: list[float] = []
         k = 0  # the iteration in progress
         held = True  # its compute is not done yet

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from hpnlab.node import dscp, tcpcc
-from hpnlab.node.reports import write_json
+from hpnlab.node.reports import Live, write_json
 
 CONNECT_S = 15.0  # a rank's connections must be up this long after the common start (or now, if later)
 
@@ -108,7 +108,12 @@ def run_job(a: argparse.Namespace, make: Callable[[], Any]) -> int:
     job.connect(max(a.start_at, time.time()) + CONNECT_S, lambda: stop["flag"])
     while time.time() < a.start_at and not stop["flag"]:
         time.sleep(0.005)
-    rep = job.run(a.duration - max(0.0, time.time() - a.start_at) if a.start_at else a.duration,
-                  lambda: stop["flag"])
+    live = Live(a.out)  # the iterations done so far, for the live view (ranks keep them in job.iterations)
+
+    def stopped() -> bool:  # asked on every pass of the rank's loop
+        live.tick(len(getattr(job, "iterations", ())))
+        return stop["flag"]
+
+    rep = job.run(a.duration - max(0.0, time.time() - a.start_at) if a.start_at else a.duration, stopped)
     write_json(rep, a.out)
     return 0

@@ -20,7 +20,7 @@ import time
 
 from hpnlab.node.inet import receive_buffer
 from hpnlab.node.lateness import LateBins
-from hpnlab.node.reports import StopFlag, wait_until, write_json
+from hpnlab.node.reports import Live, StopFlag, wait_until, write_json
 
 MAGIC = b"HPNP"
 HEADER = struct.Struct("!4sIIQ")  # magic, flow, seq, tx time (ns since the epoch)
@@ -43,13 +43,14 @@ LATE_GRACE_S = 1.0
 
 
 def send(src: str, dst: str, dport: int, flows: int, rate: float, duration: float, sport_base: int,
-         size: int = 64, start_at: float = 0.0) -> dict:
+         size: int = 64, start_at: float = 0.0, live: Live | None = None) -> dict:
     """Send ``flows`` x ``rate`` packets/s round-robin on an absolute schedule (no drift); if the CPU
     falls behind, packets go out late rather than being skipped, and the lag is reported. Never past
     ``duration`` + LATE_GRACE_S: the receivers listen 1.5 s longer than the senders' window, so a packet
     sent later could only count as lost; what was still due then is reported as ``unsent`` instead (a
     machine that far behind is flagged by the lateness meter anyway). Measured: under an emulated CPU
-    (QEMU TCG) a sender ran 19 s past its 9 s window and the experiment's wait for it gave up."""
+    (QEMU TCG) a sender ran 19 s past its 9 s window and the experiment's wait for it gave up. ``live``: the
+    count sent so far, for the live view (at most once a second)."""
     stop = StopFlag()
     socks = []
     for i in range(flows):
@@ -91,6 +92,8 @@ def send(src: str, dst: str, dport: int, flows: int, rate: float, duration: floa
             errors[f] += 1
         seq[f] += 1
         k += 1
+        if live is not None:
+            live.tick(k)
     elapsed = time.monotonic() - t0m
     for s in socks:
         s.close()
@@ -142,7 +145,8 @@ class FlowRx:
         return [g + [sum(1 for q in range(g[0] + 1, g[1]) if not self.seen[q])] for g in self.gaps]
 
 
-def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dict:
+def receive(bind: str, port: int, duration: float, start_at: float = 0.0, live: Live | None = None) -> dict:
+    """``live``: the count of packets received so far, for the live view (at most once a second)."""
     stop = StopFlag()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     receive_buffer(s, 8 << 20)
@@ -153,7 +157,10 @@ def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dic
     buf = bytearray(2048)
     end = (start_at or time.time()) + duration
     t_first = None
+    received = 0
     while not stop.flag and time.time() < end:
+        if live is not None:
+            live.tick(received)
         try:
             n, (addr, sport) = s.recvfrom_into(buf)
         except socket.timeout:
@@ -168,6 +175,7 @@ def receive(bind: str, port: int, duration: float, start_at: float = 0.0) -> dic
         if fr is None:
             fr = flows[key] = FlowRx()
         fr.add(seq, tx, rx)
+        received += 1
         b = bins.setdefault(addr, {})
         k = rx // (BIN_MS * 1_000_000)
         b[k] = b.get(k, 0) + 1
@@ -202,9 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         x.add_argument("--out", required=True)
     a = p.parse_args(argv)
     if a.mode == "send":
-        rep = send(a.src, a.dst, a.dport, a.flows, a.rate, a.duration, a.sport_base, a.size, a.start_at)
+        rep = send(a.src, a.dst, a.dport, a.flows, a.rate, a.duration, a.sport_base, a.size, a.start_at,
+                   Live(a.out))
     else:
-        rep = receive(a.bind, a.port, a.duration, a.start_at)
+        rep = receive(a.bind, a.port, a.duration, a.start_at, Live(a.out))
     write_json(rep, a.out)
     return 0
 

@@ -40,3 +40,31 @@ def write_json(report: dict, out: str) -> None:
     with open(tmp, "w") as f:
         json.dump(report, f)
     os.replace(tmp, out)
+
+
+class Live:
+    """A tool's running count for the live view (``hpnlab watch``): ``<out>.live``, rewritten atomically at
+    most once a second while the count changes; the experiment runner reads it once a second. Nothing
+    where the report goes to standard output (a remote node: its files are not the controller's)."""
+
+    PERIOD_S = 1.0
+
+    def __init__(self, out: str):
+        self.path = None if out == "-" else out + ".live"
+        self.last = -1
+        self.next_at = 0.0
+
+    def tick(self, count: int) -> None:
+        if self.path is None or count == self.last:
+            return
+        now = time.monotonic()
+        if now < self.next_at:
+            return
+        self.next_at, self.last = now + self.PERIOD_S, count
+        tmp = self.path + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"t": time.time(), "count": count}, f)
+            os.replace(tmp, self.path)
+        except OSError:  # the run's folder went away: the run is over, the report says what matters
+            self.path = None
