@@ -251,10 +251,13 @@ def main() -> int:
     ap.add_argument("--duration", type=float, help="override the experiment's duration (seconds)")
     ap.add_argument("--no-experiment", action="store_true", help="only the server's CPU")
     ap.add_argument("--out", default=str(OUT), help="directory for results.json and summary.txt")
+    from hpnlab import machineload, provenance  # noqa: E402  (the quiet-machine check)
+    machineload.add_argument(ap)
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("bench/watch_cost.py: needs root (labs)", file=sys.stderr)
         return 2
+    machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     try:
         sizes = [int(x) for x in a.labs.split(",") if x]
     except ValueError:
@@ -262,7 +265,8 @@ def main() -> int:
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    rec: dict = {"started": time.time(), "machine": machine(), "window_s": a.window, "view": [], "experiment": []}
+    rec: dict = {"provenance": provenance.collect(), "started": time.time(), "machine": machine(),
+                 "window_s": a.window, "view": [], "experiment": []}
     for n in sizes:
         rec["view"].append(view_cost(n, a.window, a.settle, a.up_timeout))
     if not a.no_experiment:
