@@ -303,3 +303,34 @@ def test_progress_is_one_display_and_takes_a_plain_callable(capsys):
     out = capsys.readouterr()
     assert out.out == "" and out.err.rstrip().endswith("a step") and out.err.startswith("[")
     assert as_progress(None).quiet
+
+
+def test_a_fault_recorded_keeps_what_another_process_wrote_meanwhile(tmp_path):
+    """`hpnlab fail --for N` records and unrecords its fault in state.json; an `hpnlab impair` (or another
+    fail) made while it held must survive both writes (saving the injector's own copy of the whole state
+    lost it, and `impair --clear` no longer found the impairment)."""
+    from types import SimpleNamespace
+
+    from hpnlab.models import FaultRecord
+    from hpnlab.runtime.base import State
+    from hpnlab.traffic import faults
+
+    st = State("t", None)
+    st.dir, st.path = tmp_path, tmp_path / "state.json"
+    st.save()
+    inj = faults.Injector(SimpleNamespace(state=st), {})
+    other = State("t", None)  # another process: an impairment and a fault of its own, on disk
+    other.dir, other.path = tmp_path, tmp_path / "state.json"
+    other.data.impairments = {"s0h0:r0p0": {"rate_mbit": 100.0}}
+    other.data.faults = [FaultRecord(kind="link-down", node="s1h0", iface="r0p0", undo={"id": "theirs"})]
+    other.save()
+    f = faults.Fault(kind="link-down", node="s0h0", iface="r0p1", undo={"id": "mine"})
+    inj.active.append(f)
+    inj._ids.add("mine")
+    inj._record()
+    inj.active.clear()
+    inj._record()
+    on_disk = State("t", None)
+    on_disk.data = type(st.data).model_validate_json(st.path.read_text())
+    assert on_disk.data.impairments == {"s0h0:r0p0": {"rate_mbit": 100.0}}
+    assert [r.undo["id"] for r in on_disk.data.faults] == ["theirs"]

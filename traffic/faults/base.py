@@ -188,19 +188,23 @@ class Injector:
 
     # --- bookkeeping in state.json ---------------------------------------------------------------------
     def _record(self) -> None:
-        """This injector's active faults into state.json, beside those other hpnlab processes recorded
-        meanwhile (a fault left by an earlier `hpnlab fail` keeps its undo recipe for --clear)."""
+        """This injector's active faults into state.json, beside what other hpnlab processes recorded
+        meanwhile: their faults (a fault left by an earlier `hpnlab fail` keeps its undo recipe for --clear)
+        and everything else in the file (an `hpnlab impair` made while a `fail --for` held its fault: saving
+        this process's copy of the whole state dropped it, and `impair --clear` then no longer found it)."""
         mine = {f.undo.get("id") for f in self.active} | self._ids
-        others = [r for r in self._recorded() if r.undo.get("id") not in mine or r.undo.get("id") is None]
-        self.rt.state.data.faults = others + [FaultRecord(**f.to_dict()) for f in self.active]
+        data = self._on_disk() or self.rt.state.data
+        others = [r for r in data.faults if r.undo.get("id") not in mine or r.undo.get("id") is None]
+        data.faults = others + [FaultRecord(**f.to_dict()) for f in self.active]
+        self.rt.state.data = data
         self.rt.state.save()
 
-    def _recorded(self) -> list[FaultRecord]:
+    def _on_disk(self) -> LabState | None:
         path = getattr(self.rt.state, "path", None)
         try:
-            return LabState.model_validate_json(path.read_text()).faults if path else []
-        except (OSError, ValueError):  # no file yet or a damaged one: nothing else to keep
-            return []
+            return LabState.model_validate_json(path.read_text()) if path else None
+        except (OSError, ValueError):  # no file yet or a damaged one: this process's copy is all there is
+            return None
 
     def ifaces(self, node: str) -> list[str]:
         return self.cfgs[node].iface_names
