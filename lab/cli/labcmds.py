@@ -138,9 +138,11 @@ def status(args) -> int:
                   sys.stdout, indent=1)
         print()
         return 0 if healthy else 1
+    # the measured columns (fare, late) last: a row reads the same from one status to the next up to them, so
+    # docs/tutorial.md can show a host's row with its addresses
     cols = ["node", "role"] + (["container"] if containers is not None else []) + \
-        ["frr", "bgp", "agent", "lacp", "host_routes", "late"] + (["fare"] if any("fare" in r for r in rows) else []) + \
-        ["addresses"]
+        ["frr", "bgp", "agent", "lacp", "host_routes", "addresses"] + \
+        (["fare"] if any("fare" in r for r in rows) else []) + ["late"]
     for r in rows:
         r["role"] = r["role"] if r["ok"] else f"{r['role']} !"
     widths = {k: max(len(k), *(len(str(r.get(k, ""))) for r in rows)) for k in cols}
