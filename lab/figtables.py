@@ -41,6 +41,8 @@ FIGURES_DIR = "docs/figures"
 BLOCK = re.compile(r"^<!-- figures: (?P<name>[^\s]+)[^\n]*-->\n(?P<body>.*?)^<!-- end figures -->$", re.S | re.M)
 PLACEHOLDER = re.compile(r"\{(?P<alias>[a-z0-9-]+):(?P<key>[^{}\s*/:]+)(?:(?P<op>[*/])(?P<by>[0-9.]+))?"
                          r"(?::(?P<places>[0-9]))?\}")
+# Words that present a figure as one of several that differed (as a figure tag's check reads them).
+SPREAD_WORDS = re.compile(r"median|min[/–-]|–max|range|spread", re.I)
 SAME_WORDS = re.compile(r"in (?:every|each) repetition|in all [0-9]|every run")  # as a figure tag's check reads them
 
 
@@ -156,7 +158,7 @@ def render(name: str, page: Path, root: Path, loaded: dict | None = None) -> tup
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise FigureTableError(f"{at}: {file}:{key} is not a number ({value!r})")
             values[(alias, key)] = value
-        for _, m in found:  # every repetition visible, as for a median tag
+        for c, m in found:  # every repetition visible, as for a median tag
             base, _, stat = m["key"].rpartition(".")
             if stat not in ("min", "median", "max"):
                 continue
@@ -175,6 +177,10 @@ def render(name: str, page: Path, root: Path, loaded: dict | None = None) -> tup
             p = int(m["places"]) if m["places"] else None
             if number(scaled(lo, m["op"], m["by"]), p) != number(scaled(hi, m["op"], m["by"]), p):
                 raise FigureTableError(f"{at}: agree: true, but the repetitions gave {base} {lo}..{hi}")
+            after = re.split(r"\{|\.\s|;", cells[c][m.end():])[0]
+            if SPREAD_WORDS.search(after):
+                raise FigureTableError(f"{at}: {m['key']} is the same in every repetition, but is presented as one of "
+                                       f"several that differed ({after.strip()[:40]!r})")
         if SAME_WORDS.search(" ".join(cells)) and not agree:
             raise FigureTableError(f"{at}: says 'in every repetition' but not agree: true")
         used = sorted({str(files[m["alias"]]) for _, m in found})

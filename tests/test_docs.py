@@ -662,14 +662,19 @@ def test_a_page_states_a_figure_one_way():
     figs, _ = parse_figures(f"[125.9][a] and later [126][b]\n\n[a]: ../{LF} \"k.median\"\n[b]: ../{LF} \"k.median\"\n",
                             DOCS / "p.md")
     assert figures_stated_twice(figs)
+    # a figure a generated table prints and the prose tags is one figure too
+    readme = ROOT / "README.md"
+    block = figtables.BLOCK.search(readme.read_text(), readme.read_text().index("## Key figures")).group()
+    prose = f"{block}\n\nThe gap: [{_lf('median') - 0.1:.1f}][g] ms.\n\n[g]: {LF} \"{LF_KEY}.median\"\n"
+    assert figures_stated_twice(_all_figures(readme, prose))
     bad = [f"{_name(p)}: {b}" for p in PAGES + NOTES for b in figures_stated_twice(_all_figures(p))]
     assert not bad, "\n".join(bad)
 
 
-def _all_figures(page: Path) -> list[Figure]:
+def _all_figures(page: Path, text: str | None = None) -> list[Figure]:
     """The page's tagged figures and the numbers its figures blocks print (a figure in a table and in the prose is
     one figure)."""
-    text = page.read_text()
+    text = page.read_text() if text is None else text
     generated = [Figure(g.file, g.key, g.op, g.by, g.num, 0, 0) for g in figtables.regenerate(text, page, ROOT)[1]]
     return parse_figures(text, page)[0] + generated
 

@@ -95,9 +95,16 @@ def test_a_bad_table_is_one_line_naming_the_file_and_row(tmp_path, rows, says):
 
 def test_a_median_beside_its_spread_or_agreeing_repetitions_passes(tmp_path):
     root = _root(tmp_path, [["gap", GAP, ""],
-                            {"cells": ["lost", "{r:v.lost.median} (median of 3, all the same)", ""], "agree": True}])
+                            {"cells": ["lost", "{r:v.lost.median} packets in all 3", ""], "agree": True}])
     page, text = _page(root)
-    assert "| lost | 0 (median" in figtables.regenerate(text, page, root)[0]
+    assert "| lost | 0 packets in all 3 |" in figtables.regenerate(text, page, root)[0]
+
+
+def test_a_figure_every_repetition_gave_is_not_presented_as_a_median(tmp_path):
+    root = _root(tmp_path, [{"cells": ["lost", "{r:v.lost.median} (median of 3)", ""], "agree": True}])
+    page, text = _page(root)
+    with pytest.raises(FigureTableError, match="row 1: v.lost.median is the same in every repetition, but is presented"):
+        figtables.regenerate(text, page, root)
 
 
 def test_a_block_without_its_yaml_or_its_end_fails(tmp_path):
