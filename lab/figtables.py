@@ -2,12 +2,12 @@
 
 A page (README.md, docs/*.md) holds a generated block between two markers::
 
-    <!-- figures: key-figures (made by python -m hpnlab.docgen docs from docs/figures/key-figures.yml; edit that file) -->
+    <!-- figures: t (made by python -m hpnlab.docgen docs from docs/figures/t.yml; edit that file) -->
     | quantity | figure | source |
     ...
     <!-- end figures -->
 
-docs/figures/<name>.yml describes the table::
+docs/figures/t.yml describes the table::
 
     files:                      # an alias per results file (paths from the repository's root)
       lf: results/link-failure/results.json
@@ -122,7 +122,8 @@ def render(name: str, page: Path, root: Path, loaded: dict | None = None) -> tup
     path = root / FIGURES_DIR / f"{name}.yml"
     where = f"{FIGURES_DIR}/{name}.yml"
     if not path.is_file():
-        raise FigureTableError(f"{page.name}: the figures block '{name}' has no {where} (write it, or remove the block)")
+        raise FigureTableError(f"{page.name}: the figures block '{name}' has no {where} (write it, or remove "
+                               f"the block)")
     try:
         spec = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
@@ -245,11 +246,10 @@ def pages(docs: Path) -> list[Path]:
 def write_all(docs: Path) -> list[Path]:
     """Regenerate every figures block in every page in place (docs is the checkout's docs/, its YAML under
     docs/figures/); the pages that changed."""
-    root, changed, loaded = docs.resolve().parent, [], {}
-    for page in pages(docs):
-        text = page.read_text()
-        new, _ = regenerate(text, page, root, loaded)
-        if new != text:
-            page.write_text(new)
-            changed.append(page)
+    root, loaded = docs.resolve().parent, {}
+    texts = {page: page.read_text() for page in pages(docs)}
+    new = {page: regenerate(text, page, root, loaded)[0] for page, text in texts.items()}  # all, before writing one
+    changed = [page for page in texts if new[page] != texts[page]]
+    for page in changed:
+        page.write_text(new[page])
     return changed

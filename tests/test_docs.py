@@ -43,7 +43,8 @@ def test_the_figure_tables_are_generated():
 def test_generated_figure_tables_match_the_results(page):
     """A figures block is what its docs/figures YAML makes of the shipped results (hpnlab.figtables)."""
     stale = figtables.drifted(page.read_text(), page, ROOT)
-    assert not stale, f"{_name(page)}: the figures {stale} differ from their YAML and results: python -m hpnlab.docgen docs"
+    assert not stale, f"{_name(page)}: the figures {stale} differ from their YAML and results: " \
+                      f"python -m hpnlab.docgen docs"
 
 
 def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
