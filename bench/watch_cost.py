@@ -215,6 +215,8 @@ def run_experiment(exp: Path, out: Path, reps: int, duration: float | None, with
         th.join(timeout=5)
     for v in view:
         v.stop()
+    if rc != 0 or not (out / "results.json").exists():  # refused (a busy machine) or failed: say so, keep the rest
+        return {"with_view": with_view, "exit": rc, "failed": True, "machine_before": m0, "machine_after": machine()}
     res = json.loads((out / "results.json").read_text())
     t0s = [json.loads((d / "run.json").read_text())["t0"] for d in sorted((out / "raw").glob("*/rep*"))
            if (d / "run.json").exists()]
@@ -232,6 +234,10 @@ def summary(rec: dict) -> str:
     if rec.get("experiment"):
         lines.append("The lateness meter, a link failure experiment with and without the page open")
         for e in rec["experiment"]:
+            if e.get("failed"):
+                lines.append(f"  {'with' if e['with_view'] else 'without':>7} the view: the run exited {e['exit']} "
+                             f"(no figures)")
+                continue
             lines.append(f"  {'with' if e['with_view'] else 'without':>7} the view: {e['flagged']}/{e['judged']} "
                          f"figures flagged over {e['repetitions']} repetitions"
                          + (f" ({e['page_open_from_start']} with the page open from their start)"
@@ -269,6 +275,7 @@ def main() -> int:
                  "window_s": a.window, "view": [], "experiment": []}
     for n in sizes:
         rec["view"].append(view_cost(n, a.window, a.settle, a.up_timeout))
+        (out / "results.json").write_text(json.dumps(rec, indent=1) + "\n")  # what is measured so far
     if not a.no_experiment:
         with tempfile.TemporaryDirectory(prefix="watch-cost-") as tmp:
             exp = Path(a.experiment) if a.experiment else Path(tmp) / "watch-cost.yml"

@@ -28,7 +28,8 @@ def test_readings_and_what_counts_as_busy(tmp_path):
     r = machineload.read(fake_proc(tmp_path, 0.4, 2.0), cores=2)
     assert r["loadavg"] == [0.4, 3.0, 2.0] and r["psi_cpu_some"] == {"avg10": 2.0, "avg60": 1.5} and r["cores"] == 2
     assert machineload.busy_reason(r) is None
-    assert "load average 1.5" in machineload.busy_reason(machineload.read(fake_proc(tmp_path, 1.5, 2.0), cores=2))
+    assert machineload.busy_reason(machineload.read(fake_proc(tmp_path, 1.5, 2.0), cores=2)) is None  # < 1 a core
+    assert "load average 2.5" in machineload.busy_reason(machineload.read(fake_proc(tmp_path, 2.5, 2.0), cores=2))
     assert "CPU pressure 92.5" in machineload.busy_reason(machineload.read(fake_proc(tmp_path, 0.1, 92.5), cores=2))
     # a kernel without PSI: the load alone
     r = machineload.read(fake_proc(tmp_path, 0.1, None), cores=2)
