@@ -191,9 +191,34 @@ def _s(st: dict | None, key: str = "median") -> str:
     return "inf" if v is None else f"{v:g}"
 
 
+# summary.txt's column and figure names (the elephant workload's legend, at summary.txt's end)
+LEGEND = {
+    "variant": "the experiment file's variant",
+    "downlink med/p90/max": "path map: ratio of the busiest to the idlest ToR downlink facing one NIC",
+    "idle links med/max": "path map: the share of links no flow crossed (median and max over the flow sets)",
+    "tor-up med/p90": "path map: ratio of the busiest to the idlest ToR uplink",
+    "agg-down med/p90": "path map: ratio of the busiest to the idlest agg downlink (- : none mapped)",
+    "completion s": "bulk runs: when the last flow finished (min/median/max over the runs)",
+    "downlink ratio": "bulk runs: ratio of the bytes of the busiest to the idlest ToR downlink facing a NIC",
+    "peak queue KB": "bulk runs: the deepest queue a ToR port facing a NIC reached",
+    "map agrees": "NICs whose busier port the path map predicted, of all NICs over the runs",
+    "multipath, select": "a block's title, VARIANT (multipath M, select S): the variant's mode and selection",
+    "link": "a link below its group's full rate (from>to)",
+    "capacity share": "its capacity over its group's (FARE's aim)",
+    "equal share": "one over the group's links (hash ECMP's share)",
+    "bytes share": "its share of the group's bytes, min/median/max over the runs",
+    "peak queue": "its queue's peak in KB, min/median/max over the runs",
+}
+
+
 def summary_table(results: dict) -> str:
-    rows = [("variant", "downlink ratio med/p90/max", "idle links med/max", "tor-up ratio med/p90",
-             "agg-down ratio med/p90", "bulk: completion s", "downlink ratio", "peak queue KB", "map agrees")]
+    """The path map's and the bulk runs' figures as two tables (a variant a row), the links below full
+    rate a block per variant, the paper's figures; at most report.WIDTH wide."""
+    from hpnlab.traffic import report
+
+    pmap = [("variant", "downlink med/p90/max", "idle links med/max", "tor-up med/p90",
+             "agg-down med/p90")]
+    runs = [("variant", "completion s", "downlink ratio", "peak queue KB", "map agrees")]
     for name, v in results["variants"].items():
         b = v.get("balance")
         if not b:
@@ -201,34 +226,36 @@ def summary_table(results: dict) -> str:
         m = b[v["select"]] if "select" in v else b["hash"]
         k = v.get("bulk", {})
         d = m["downlink_ratio"]
-        rows.append((name, f"{_s(d)}/{_s(d, 'p90')}/{_s(d, 'max')}",
+        pmap.append((name, f"{_s(d)}/{_s(d, 'p90')}/{_s(d, 'max')}",
                      f"{_s(m['idle_link_fraction'])}/{_s(m['idle_link_fraction'], 'max')}",
                      f"{_s(m['tiers']['tor-up']['ratio'])}/{_s(m['tiers']['tor-up']['ratio'], 'p90')}",
-                     f"{_s(m['tiers']['agg-down']['ratio'])}/{_s(m['tiers']['agg-down']['ratio'], 'p90')}",
-                     _mm(k.get("completion_s")), _mm(k.get("downlink_ratio")), _mm(k.get("peak_backlog_kb")),
+                     f"{_s(m['tiers']['agg-down']['ratio'])}/{_s(m['tiers']['agg-down']['ratio'], 'p90')}"))
+        runs.append((name, _mm(k.get("completion_s")), _mm(k.get("downlink_ratio")), _mm(k.get("peak_backlog_kb")),
                      k.get("map_agrees", "-")))
-    w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     out = [f"experiment {results['experiment']}: path-map figures over {_sets(results)} random flow sets "
            f"(ratios max/min; 'inf' = an idle link beside a busy one); bulk figures min/median/max over "
-           f"{results['repetitions']} run(s)"]
-    out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+           f"{results['repetitions']} run(s)", "", "path map (the flow sets):"]
+    out += report.table(pmap) + ["", "bulk runs (TCP, measured):"] + report.table(runs)
     uneven = [(name, link, e) for name, v in results["variants"].items()
               for link, e in (v.get("bulk", {}).get("uneven_links") or {}).items()]
     if uneven:
-        rows = [("variant", "multipath", "select", "link (below full rate)", "capacity share", "equal share",
-                 "bytes share min/med/max", "peak queue KB min/med/max")]
-        for name, link, e in uneven:
-            v = results["variants"][name]
-            rows.append((name, v.get("multipath", {}).get("mode", "ecmp"), v.get("select", "-"), link,
-                         f"{e['capacity_share']:g}", f"{e['equal_share']:g}", _mm(e["bytes_share"]),
-                         _mm(e["peak_backlog_kb"])))
-        w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-        out += ["", "links below their group's full rate: share of the group's bytes"]
-        out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+        rows = [("link", "capacity share", "equal share", "bytes share", "peak queue")]
+        rows += [(link, f"{e['capacity_share']:g}", f"{e['equal_share']:g}", _mm(e["bytes_share"]),
+                  _mm(e["peak_backlog_kb"])) for _name, link, e in uneven]
+        lines = report.table(rows, fold=False)  # a line per link, under its variant's title
+        out += ["", "links below their group's full rate: share of the group's bytes", "  " + lines[0]]
+        at = 1
+        for k, (name, _link, _e) in enumerate(uneven):
+            if k == 0 or uneven[k - 1][0] != name:
+                v = results["variants"][name]
+                out.append(f"{name} (multipath {v.get('multipath', {}).get('mode', 'ecmp')}, "
+                           f"select {v.get('select', '-')})")
+            out.append("  " + lines[at])
+            at += 1
         out += ["", "the FARE draft: a path's weight is min(capacity up, capacity down); traffic through a "
                     "degraded link in proportion to its capacity share, where hash ECMP keeps the equal share"]
     out += ["", "the paper (production, 200/400 Gbit/s):"] + [f"  {a}: {b}" for a, b in PAPER]
-    return "\n".join(out)
+    return "\n".join(report.wrap(out))
 
 
 def _sets(results: dict) -> str:

@@ -296,13 +296,12 @@ def variant_data(results: dict, vname: str, v: dict, source: Path | None) -> dic
 def summary(results: dict) -> dict:
     """summary.txt's blocks, one per variant and fault (its figures down, its streams across, each cell as
     summary.txt prints it) with each figure's legend line (``report.LEGEND``) and results.json key, and
-    summary.txt's whole text; a workload with its own table (``own_report``): that table's text only."""
+    summary.txt's whole text; a workload with its own table (``own_report``): summary.txt's text only."""
     from hpnlab.traffic import runner
 
     kind = _own(results)
     try:
-        text = runner.summary(results) if kind is None else "\n".join(
-            [kind.summary_table(results), *report.emulator_lines(results)])
+        text = runner.summary(results)
     except (KeyError, TypeError, ValueError) as e:  # a result older than its kind's table
         text = f"(summary.txt cannot be made from this results.json: {e!r})"
     if kind is not None:

@@ -353,8 +353,9 @@ def _block(columns: list[tuple[str, dict[str, str]]], rows: list[str]) -> list[s
     return out
 
 
-def wrap(lines: list[str]) -> list[str]:
-    """Prose lines folded to WIDTH (continuations indented), so summary.txt fits a terminal."""
+def wrap(lines: list[str], indent: int | None = None) -> list[str]:
+    """Prose lines folded to WIDTH (continuations indented two past the line's own indent, or by ``indent``),
+    so summary.txt fits a terminal."""
     import textwrap
 
     out = []
@@ -363,16 +364,38 @@ def wrap(lines: list[str]) -> list[str]:
             out.append(ln)
             continue
         lead = len(ln) - len(ln.lstrip())
-        out += textwrap.wrap(ln, WIDTH, initial_indent="", subsequent_indent=" " * (lead + 2),
+        out += textwrap.wrap(ln, WIDTH, initial_indent="",
+                             subsequent_indent=" " * (lead + 2 if indent is None else indent),
                              break_long_words=False, break_on_hyphens=False)
     return out
 
 
-def legend_lines(headers: list[str] | None = None) -> list[str]:
-    """The one-line legend of every column, for the end of summary.txt."""
-    hs = headers or list(LEGEND)
+LEGEND_HEAD = "legend"  # the line that opens summary.txt's legend: "legend (PAGE says more):"
+
+
+def table(rows: list[tuple], fold: bool = True) -> list[str]:
+    """Rows as left-aligned columns (the first row their headers), a line per row; where that is wider than
+    WIDTH (and ``fold``), the columns go down instead (a column per row, titled by its first cell), in as
+    many tables as it takes."""
+    w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    if not fold or max(len(ln) for ln in lines) <= WIDTH:
+        return lines
+    names = [str(h) for h in rows[0][1:]]
+    return _block([(str(r[0]), dict(zip(names, map(str, r[1:])))) for r in rows[1:]], names)
+
+
+def legend_lines(headers: list[str] | None = None, legend: dict[str, str] | None = None,
+                 page: str = "docs/results.md") -> list[str]:
+    """The one-line legend of every column or figure name (``legend``: the failover table's by default), for
+    the end of summary.txt; a line that would pass WIDTH goes on indented under its text."""
+    legend = LEGEND if legend is None else legend
+    hs = headers or list(legend)
     w = max(len(h) for h in hs) + 2
-    return ["", "legend (docs/results.md says more):"] + [f"  {(h + ':').ljust(w)}{LEGEND[h]}" for h in hs]
+    out = ["", f"{LEGEND_HEAD} ({page} says more):"]
+    for h in hs:
+        out += wrap([f"  {(h + ':').ljust(w)}{legend[h]}"], indent=2 + w)
+    return out
 
 
 def summary_table(results: dict) -> str:

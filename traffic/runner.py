@@ -392,25 +392,29 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
     grayfigures.aggregate_into(v)
 
 
-def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
-    """results.json (atomically), plot.png (where matplotlib is installed) and summary.txt in ``out``; an
-    experiment whose variants all run one workload kind gets that kind's comparisons across its variants
-    (``across_variants``: the jobs kind's ``paired``)."""
+# What `hpnlab run` writes into its --out folder (raw/ is a folder); `run --help` and docs/results.md name each.
+OUTPUTS = ("results.json", "summary.txt", "plot.png", "timeline.png", "report.html", "raw/")
+
+
+def own_kind(results: dict):
+    """The workload kind every variant runs, where they all run one (None where they mix kinds)."""
     kinds = {workload_of(v) for v in results["variants"].values()}
-    kind = workloads.get(kinds.pop()) if len(kinds) == 1 else None
+    return workloads.get(kinds.pop()) if len(kinds) == 1 else None
+
+
+def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
+    """results.json (atomically), plot.png (where matplotlib is installed), summary.txt, timeline.png and
+    report.html in ``out`` (OUTPUTS); an experiment whose variants all run one workload kind gets that kind's
+    comparisons across its variants (``across_variants``: the jobs kind's ``paired``)."""
+    kind = own_kind(results)
     if kind is not None:
         results.update(kind.across_variants(results))
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=1))
     tmp.replace(out / "results.json")
-    if kind is not None and kind.own_report:  # its own table, and the lateness meter's line under it
-        png, table = kind.plot(results, out / "plot.png"), "\n".join([kind.summary_table(results),
-                                                                      *report.emulator_lines(results)])
-        table = "\n".join([table, *reorder.summary_lines(results)])  # none for a run before tcpstats were read
-        table = "\n".join([table, *grayfigures.summary_lines(results)])  # none without a variant with the prober
-        table = "\n".join([table, *slip.summary_lines(results)])  # none for a run before the slip guard
-    else:
-        png, table = report.plot(results, out / "plot.png"), summary(results)
+    own = kind is not None and kind.own_report
+    png = kind.plot(results, out / "plot.png") if own else report.plot(results, out / "plot.png")
+    table = summary(results)
     (out / "summary.txt").write_text(table + "\n")
     if timeline.plot(results, out / "timeline.png") is None:  # nothing converged, or no matplotlib
         (out / "timeline.png").unlink(missing_ok=True)  # not an earlier run's picture beside these results
@@ -419,9 +423,18 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
 
 
 def summary(results: dict) -> str:
-    """summary.txt of a failover experiment (every workload but those with their own report): a block per
-    variant and fault, the lines on the workload, TCP and the prober under them, the columns' legend last;
-    no line wider than report.WIDTH."""
+    """summary.txt: of a failover experiment (every workload but those with their own report) a block per
+    variant and fault; of one whose workload has its own report (``own_report``) that kind's table; under
+    either the lines on the workload, the lateness meter, TCP and the prober, and the legend of every column
+    or figure name last; no line wider than report.WIDTH."""
+    kind = own_kind(results)
+    if kind is not None and kind.own_report:
+        extra = report.emulator_lines(results)
+        extra += reorder.summary_lines(results)  # none for a run before tcpstats were read
+        extra += grayfigures.summary_lines(results)  # none without a variant with the prober
+        extra += slip.summary_lines(results)  # none for a run before the slip guard
+        return "\n".join([kind.summary_table(results), *report.wrap(extra),
+                          *report.legend_lines(list(kind.legend), kind.legend, kind.legend_page)])
     extra = [line for name, v in results["variants"].items()
              for line in workloads.get(workload_of(v)).summary_lines(name, v)]
     extra += reorder.summary_lines(results)  # none for a run before tcpstats were read

@@ -148,8 +148,14 @@ class WorkloadKind:
         """The variant-level figures recomputed from raw/ (--reanalyse)."""
         return self.aggregate(runs)
 
+    # own_report: a one-line legend of every column or figure name summary_table prints (summary.txt's end),
+    # and the page that says more
+    legend: dict[str, str] = {}
+    legend_page = "docs/results.md"
+
     def summary_table(self, results: dict) -> str:
-        """summary.txt of an experiment whose variants run this kind (``own_report``)."""
+        """summary.txt of an experiment whose variants run this kind (``own_report``), at most report.WIDTH
+        wide; summary.txt goes on with the lateness meter's lines and ends with ``legend``."""
         raise NotImplementedError
 
     def plot(self, results: dict, path: Path) -> Path | None:

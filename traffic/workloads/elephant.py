@@ -150,6 +150,12 @@ class Elephant(WorkloadKind):
 
     own_report = True  # the path-map and bulk figures (and the load-balance plot) replace the probes' table
 
+    @property
+    def legend(self):
+        from hpnlab.traffic import bulk
+
+        return bulk.LEGEND
+
     def summary_table(self, results):
         from hpnlab.traffic import bulk
 

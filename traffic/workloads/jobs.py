@@ -457,31 +457,54 @@ class Jobs(WorkloadKind):
     def across_variants(self, results):
         return paired(results)
 
+    legend = {
+        "VARIANT / policy P": "a block: the variant's figures, P the policy it scheduled its jobs by",
+        "cluster": "a column: every job together, each weighted by its ranks",
+        "JOB": "a column: one job of the variant (by its name in the experiment file)",
+        "GPU util": "compute done in the window / the window (1: the GPUs never waited on the network)",
+        "ranks": "the job's ranks (one per host)",
+        "compute ms": "the job's compute per iteration, as the experiment file sets it",
+        "iteration ms": "one iteration's time, compute and the communication it waited for (run's median)",
+        "exposed comm ms": "the part of an iteration spent waiting for the network (run's median)",
+        "intensity": "the job's GPU intensity: its compute per iteration over its network time",
+        "level": "the priority level the policy gave the job (0 is served first; - : unmarked)",
+        "dscp": "the DSCP code point its packets carried (- : unmarked)",
+        "A - B (policy)": "crux variant A minus variant B, cluster GPU util per hash seed, and the gain in %",
+    }
+    legend_page = "docs/crux.md"
+    FIGURES = ("GPU util", "ranks", "compute ms", "iteration ms", "exposed comm ms", "intensity", "level", "dscp")
+
     def summary_table(self, results):
-        rows = [("variant", "policy", "cluster GPU util", *(f"{n} util" for n in _job_names(results)))]
+        """A block per variant (the figures down, the cluster and each job across), then the paired
+        differences; each figure is min/median/max over the repetitions."""
+        from hpnlab.traffic import report
+
+        head = [f"experiment {results['experiment']}: GPU utilisation (compute done in the window / the window), "
+                f"min/median/max over {results['repetitions']} repetition(s); cluster = weighted by ranks; a job's "
+                f"iteration, exposed comm and intensity are each run's median"]
+        out: list[str] = []
         for name, v in results["variants"].items():
             j = v.get("jobs")
             if not j:
-                rows.append((name, "-", v.get("error", "no runs")))
+                out += ["", f"{name} / policy -: {v.get('error', 'no runs')}"]
                 continue
-            rows.append((name, j["policy"], _fmt(j["cluster_gpu_util"]),
-                         *(_fmt((j["per_job"].get(n) or {}).get("gpu_util")) for n in _job_names(results))))
-        width = max(len(r) for r in rows)
-        rows = [r + ("",) * (width - len(r)) for r in rows]
-        w = [max(len(str(r[i])) for r in rows) for i in range(width)]
-        out = [f"experiment {results['experiment']}: GPU utilisation (compute done in the window / the window), min/median/max over "
-               f"{results['repetitions']} repetition(s); cluster = weighted by ranks"]
-        out += ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-        for name, v in results["variants"].items():
-            for n, f in ((v.get("jobs") or {}).get("per_job") or {}).items():
-                out.append(f"{name} / {n}: {f['ranks']} ranks, compute {f['compute_ms']} ms, iteration "
-                           f"{_fmt(f['iteration_ms'])} ms, exposed comm {_fmt(f['exposed_ms'])} ms, intensity "
-                           f"{_fmt(f['intensity'])}, level {f['level']}, dscp {f['dscp']} (medians per run)")
-        for cname, against in (results.get("paired") or paired(results).get("paired") or {}).items():
-            for bname, p in against.items():
-                out.append(f"{cname} - {bname} ({p['policy']}), paired by hash seed over {p['n']}: cluster GPU util "
-                           f"{_fmt(p['diff_mmm'])}, gain {_fmt(p['gain_pct_mmm'])} % (min/median/max)")
-        return "\n".join(out)
+            cols = [("cluster", {"GPU util": _fmt(j["cluster_gpu_util"])})]
+            for n in _job_names(results):
+                f = j["per_job"].get(n)
+                if f is None:
+                    continue
+                cols.append((n, {"GPU util": _fmt(f.get("gpu_util")), "ranks": str(f["ranks"]),
+                                 "compute ms": _opt(f["compute_ms"]), "iteration ms": _fmt(f["iteration_ms"]),
+                                 "exposed comm ms": _fmt(f["exposed_ms"]), "intensity": _fmt(f["intensity"]),
+                                 "level": _opt(f["level"]), "dscp": _opt(f["dscp"])}))
+            out += ["", f"{name} / policy {j['policy']}"] + report._block(cols, list(self.FIGURES))
+        pairs = [f"{cname} - {bname} ({p['policy']}), paired by hash seed over {p['n']}: cluster GPU util "
+                 f"{_fmt(p['diff_mmm'])}, gain {_fmt(p['gain_pct_mmm'])} % (min/median/max)"
+                 for cname, against in (results.get("paired") or paired(results).get("paired") or {}).items()
+                 for bname, p in against.items()]
+        if pairs:
+            out += ["", "paired differences (A - B (policy)):"] + pairs
+        return "\n".join(report.wrap(head + out))
 
     def plot(self, results, path):
         try:
@@ -572,6 +595,11 @@ def _job_names(results: dict) -> list[str]:
             if n not in out:
                 out.append(n)
     return out
+
+
+def _opt(x) -> str:
+    """A figure that may be unset (None: '-')."""
+    return "-" if x is None else str(x)
 
 
 def _fmt(d: dict | None) -> str:
