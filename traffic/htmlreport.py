@@ -25,14 +25,14 @@ from pathlib import Path
 
 from hpnlab import web
 from hpnlab.errors import SpecError
-from hpnlab.traffic import faults as faultkinds, report, timeline, workloads
+from hpnlab.traffic import faults as faultkinds, outputs, report, timeline, workloads
 
 MAX_POINTS = 2000  # per series: bins of 10 ms (the receivers' own) up to 20 s, wider for longer runs
 MIN_BIN_S = 0.01
 TAIL_S = 0.1  # the senders stop in the last 100 ms, not the fabric (as plot.png)
 WHAT_CHARS = 160  # an event's text in the page (a segment's FIB change lists 60 nexthops; results.json has it whole)
 ROUTE_CHANGES = 2000  # per repetition, for the replay's route counts (a segment's FIB changes run to thousands)
-NAME = "report.html"
+NAME = outputs.REPORT
 
 # The replay's states (the page's legend names them; tests read DOWN back from the page)
 UP, DOWN, IMPAIRED, SHAPED = "up", "down", "impaired", "shaped"

@@ -23,8 +23,8 @@ from hpnlab.proc import kill_pids
 from hpnlab.progress import Progress, as_progress
 from hpnlab.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import (graywatch, grayfigures, htmlreport, measure, nodebytes, reorder, report, routemon, slip,
-                            timeline, workloads)
+from hpnlab.traffic import (graywatch, grayfigures, htmlreport, measure, nodebytes, outputs, reorder, report, routemon,
+                            slip, timeline, workloads)
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.live import Publisher
 from hpnlab.traffic.workloads import probe
@@ -249,7 +249,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
         for vi, plan in enumerate(exp.plans):
             v = results["variants"][plan.name] = variant_record(plan)
             progress(f"variant {plan.name} ({vi + 1}/{len(exp.plans)}): bringing up lab '{plan.spec.name}'")
-            run_variant(exp, plan, out / "raw" / plan.name, runtime, progress, up_timeout, v)
+            run_variant(exp, plan, out / outputs.RAW / plan.name, runtime, progress, up_timeout, v)
     except KeyboardInterrupt as e:
         with shielded("writing the partial results"):
             dropped = drop_incomplete(out)
@@ -292,7 +292,7 @@ def refuse_on_this_kernel(exp: Experiment, runtime: str) -> None:
 def drop_incomplete(out: Path) -> list[str]:
     """Remove repetitions that never finished (no run.json): they cannot be analysed or reused."""
     gone = []
-    for d in sorted((out / "raw").glob("*/rep*")):
+    for d in sorted((out / outputs.RAW).glob("*/rep*")):
         if d.is_dir() and not (d / "run.json").exists():
             shutil.rmtree(d, ignore_errors=True)
             gone.append(str(d.relative_to(out)))
@@ -392,10 +392,6 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
     grayfigures.aggregate_into(v)
 
 
-# What `hpnlab run` writes into its --out folder (raw/ is a folder); `run --help` and docs/results.md name each.
-OUTPUTS = ("results.json", "summary.txt", "plot.png", "timeline.png", "report.html", "raw/")
-
-
 def own_kind(results: dict):
     """The workload kind every variant runs, where they all run one (None where they mix kinds)."""
     kinds = {workload_of(v) for v in results["variants"].values()}
@@ -404,20 +400,20 @@ def own_kind(results: dict):
 
 def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
     """results.json (atomically), plot.png (where matplotlib is installed), summary.txt, timeline.png and
-    report.html in ``out`` (OUTPUTS); an experiment whose variants all run one workload kind gets that kind's
+    report.html in ``out`` (outputs.OUTPUTS); an experiment whose variants all run one workload kind gets that kind's
     comparisons across its variants (``across_variants``: the jobs kind's ``paired``)."""
     kind = own_kind(results)
     if kind is not None:
         results.update(kind.across_variants(results))
-    tmp = out / "results.json.tmp"
+    tmp = out / (outputs.RESULTS + ".tmp")
     tmp.write_text(json.dumps(results, indent=1))
-    tmp.replace(out / "results.json")
+    tmp.replace(out / outputs.RESULTS)
     own = kind is not None and kind.own_report
-    png = kind.plot(results, out / "plot.png") if own else report.plot(results, out / "plot.png")
+    png = kind.plot(results, out / outputs.PLOT) if own else report.plot(results, out / outputs.PLOT)
     table = summary(results)
-    (out / "summary.txt").write_text(table + "\n")
-    if timeline.plot(results, out / "timeline.png") is None:  # nothing converged, or no matplotlib
-        (out / "timeline.png").unlink(missing_ok=True)  # not an earlier run's picture beside these results
+    (out / outputs.SUMMARY).write_text(table + "\n")
+    if timeline.plot(results, out / outputs.TIMELINE) is None:  # nothing converged, or no matplotlib
+        (out / outputs.TIMELINE).unlink(missing_ok=True)  # not an earlier run's picture beside these results
     htmlreport.write(out, results)  # report.html: the same results, interactive, for a browser
     return png, table
 
