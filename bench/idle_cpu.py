@@ -243,20 +243,36 @@ def code_label(rev: str | None) -> str:
 
 
 # --- the file -------------------------------------------------------------------------------------------------
+LEGEND = {
+    "case": "the lab's timers: production, or one mechanism relaxed as the paper's segment relaxes it",
+    "nodes": "the lab's nodes",
+    "lab": "CPU time of every process in the lab's namespaces, % of one core over the window",
+    "machine": "the whole machine's busy CPU, % of one core (other users' work included)",
+    "softirq": "the machine's irq + softirq (the packets), % of one core",
+    "psi": "CPU pressure 'some': % of the window a runnable task waited for a CPU",
+    "late": "the agents' worst timer lateness in the window (ms)",
+    "DAEMON": "a column per process kind (agent_host, agent_tor, bfdd, bgpd, zebra): % of one core",
+}
+
+
 def summary(doc: dict) -> str:
-    lines = ["Idle CPU of a lab, % of one core over the window (bench/idle_cpu.py); machine = the whole machine's",
-             "busy CPU (other users' work included), softirq = the machine's irq + softirq (the packets), psi = CPU",
-             "pressure 'some'; late = the agents' worst timer lateness in the window (ms).", ""]
+    """A section per lab and agents' code: the lab's and machine's figures, then the processes' (a second
+    table, so each fits 100 columns), the costs of the mechanisms; the legend of every column last."""
+    from hpnlab.traffic import report
+
+    lines = ["Idle CPU of a lab, % of one core over the window (bench/idle_cpu.py)", ""]
     for lab_key, codes in doc.get("labs", {}).items():
         for code, c in codes.items():
             lines.append(f"== {lab_key} lab, {code}: the agents of {c['label']}")
             kinds = sorted({k for row in c["cases"].values() for k in row["pct_core"]})
-            lines.append(f"{'case':<14} {'nodes':>5} {'lab':>7} {'machine':>7} {'softirq':>7} {'psi':>6} {'late':>6}  "
-                         + " ".join(f"{k:>13}" for k in kinds))
+            lines.append(f"{'case':<14} {'nodes':>5} {'lab':>7} {'machine':>7} {'softirq':>7} {'psi':>6} {'late':>6}")
             for case, row in c["cases"].items():
                 lines.append(f"{case:<14} {row['nodes']:>5} {row['pct_lab']:>7.2f} {row['pct_machine']:>7.2f} "
-                             f"{row.get('pct_softirq', float('nan')):>7.2f} {row['psi_some_pct']:>6.2f} {row['agent_timers_late']['worst_ms']:>6.1f}  "
-                             + " ".join(f"{row['pct_core'].get(k, 0.0):>13.2f}" for k in kinds))
+                             f"{row.get('pct_softirq', float('nan')):>7.2f} {row['psi_some_pct']:>6.2f} "
+                             f"{row['agent_timers_late']['worst_ms']:>6.1f}")
+            lines.append(f"{'case':<14}" + "".join(f" {k:>10}" for k in kinds))
+            for case, row in c["cases"].items():
+                lines.append(f"{case:<14}" + "".join(f" {row['pct_core'].get(k, 0.0):>10.2f}" for k in kinds))
             for case, row in c["cases"].items():
                 if row.get("pct_core_system"):
                     lines.append(f"  {case}, of which system time: "
@@ -264,7 +280,7 @@ def summary(doc: dict) -> str:
             for mech, cost in c.get("mechanism_cost_pct", {}).items():
                 lines.append(f"  cost of {MECHANISMS[mech]}: {cost:.2f} % of a core")
             lines.append("")
-    return "\n".join(lines)
+    return "\n".join(report.wrap(lines[:-1]) + report.legend_lines(None, LEGEND, "bench/idle_cpu.py")) + "\n"
 
 
 def main() -> int:

@@ -19,13 +19,9 @@ BENCH = "written by {0}'s own table, not by hpnlab run's summary; narrowing it i
 NOT_YET: dict[str, str] = {
     "baseline-gate": BENCH.format("bench/baseline_gate.py") + " (a column per gate run)",
     "fidelity": BENCH.format("bench/fidelity.py") + " (its verdict lines are not folded)",
-    "idle-cpu": BENCH.format("bench/idle_cpu.py") + " (a column per daemon)",
-    "idle-cpu/rails8-run2": BENCH.format("bench/idle_cpu.py") + " (a column per daemon)",
-    "idle-cpu/rails8-run3": BENCH.format("bench/idle_cpu.py") + " (a column per daemon)",
     "link-flap-sweep": BENCH.format("bench/link_flap_sweep.py") + ", and --analyse needs the raw/ shipped "
                        "results do not carry",
     "segment-timers": BENCH.format("bench/segment_timers.py") + " (a column per timer case)",
-    "segment-timers/bfd-default-lab": BENCH.format("bench/idle_cpu.py") + " (a column per daemon)",
     "agg-failure/trial-8-rails": "its results.json predates the load figures runner.summary reads "
                                  "(survivor_ratio_pct): only a re-run can remake it",
 }
