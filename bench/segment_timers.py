@@ -270,15 +270,30 @@ def verify_col(run: dict) -> str:
 
 
 # --- the file -------------------------------------------------------------------------------------------------
+LEGEND = {
+    "case": "the case's timers (CASES)",
+    "run": "the run of the case, from 0",
+    "up": "s to verified ('no': not verified within up's timeout)",
+    "re-est": "BGP sessions re-established during up / during the hold",
+    "bfd-down": "BFD session downs in the hold",
+    "verify": "verify at the hold's end",
+    "lab": "the lab's processes, % of ONE core over the hold's window (budget: 100, half of two cores)",
+    "psi": "CPU pressure 'some' %",
+    "late": "the agents' worst timer lateness (ms)",
+    "kinds": "the lab's processes by kind, % of a core (those at 0.05 or more)",
+}
+
+
 def summary(doc: dict) -> str:
+    """A row per run of each case, its processes' CPU by kind under it, each case's tally; the legend of every
+    column last; at most 100 columns."""
+    from hpnlab.traffic import report
+
     lines = ["The paper's segment (examples/segment-full.yml, 264 nodes, 960 BGP sessions) with LACP fast; BGP 3/9",
              "in the bgp-3-9* cases, else 1/3; BFD as each case names (bench/segment_timers.py, CASES).",
-             "up = s to verified (timeout %s s); re-est = BGP sessions" % doc.get("timeout_s", "?"),
-             "re-established (during up / during the hold); bfd-down = BFD session downs in the hold; verify = at",
-             "the hold's end; lab = the lab's processes, % of ONE core over the hold's window (budget: 100, half",
-             "of two cores); psi = CPU pressure 'some' %; late = the agents' worst timer lateness (ms).", ""]
+             "up's timeout %s s." % doc.get("timeout_s", "?"), ""]
     hdr = (f"{'case':<18} {'run':>3} {'up':>6} {'re-est':>9} {'bfd-down':>8} {'verify':>6} {'lab':>7} {'psi':>6} "
-           f"{'late':>7}  kinds (% of a core)")
+           f"{'late':>7}")
     lines.append(hdr)
     for case, c in doc.get("cases", {}).items():
         for i, r in enumerate(c["runs"]):
@@ -290,7 +305,8 @@ def summary(doc: dict) -> str:
                          f"{b0.get('reestablished', '?'):>4}/{b1['established'] - b0['established']:<4} "
                          f"{bfd_col(r):>8} "
                          f"{verify_col(r):>6} {cpu['pct_lab']:>7.2f} "
-                         f"{cpu['psi_some_pct']:>6.2f} {cpu['agent_timers_late']['worst_ms']:>7.1f}  {kinds}")
+                         f"{cpu['psi_some_pct']:>6.2f} {cpu['agent_timers_late']['worst_ms']:>7.1f}")
+            lines.append(f"    kinds: {kinds}")
             if not r["verdict"]["holds"]:
                 lines.append(f"    does not hold: {'; '.join(r['verdict']['why_not'])}")
             if not r["verified"]:
@@ -312,7 +328,7 @@ def summary(doc: dict) -> str:
             lines.append(f"  {v['interval_ms']:>5} ms x 3: bfdd {v['bfdd_pct_core']:.2f} % of a core for {v['ends']} ends = "
                          f"{v['pct_core_per_end']:.4f} per end; x {v['segment_ends']} = {v['segment_pct_core']:.1f} % of a core")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(report.wrap(lines[:-1]) + report.legend_lines(None, LEGEND, "bench/segment_timers.py")) + "\n"
 
 
 def main() -> int:

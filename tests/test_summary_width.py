@@ -21,7 +21,6 @@ NOT_YET: dict[str, str] = {
     "fidelity": BENCH.format("bench/fidelity.py") + " (its verdict lines are not folded)",
     "link-flap-sweep": BENCH.format("bench/link_flap_sweep.py") + ", and --analyse needs the raw/ shipped "
                        "results do not carry",
-    "segment-timers": BENCH.format("bench/segment_timers.py") + " (a column per timer case)",
     "agg-failure/trial-8-rails": "its results.json predates the load figures runner.summary reads "
                                  "(survivor_ratio_pct): only a re-run can remake it",
 }
