@@ -80,22 +80,40 @@ def one(kind: str, k: int, out: Path, baseline: Path) -> dict:
             "psi_some_pct": em.get("psi_some_pct")}
 
 
+LEGEND = {
+    "config": "same: the configuration as shipped; worse: the worse one (WORSE)",
+    "run": "the run of its configuration, from 1",
+    "exit": "hpnlab compare's exit status (0: no figure worse than the baseline)",
+    "worse p/w": "figures worse than the baseline: the probes' / the workload's",
+    "converged ms": "the fault's converged gap, all streams",
+    "black-holed": "flows silent from the fault until its repair",
+    "workload %": "the workload's throughput during the fault, % of its baseline",
+    "back ms": "from the repair until the workload ran at 90 % of its baseline",
+    "PSI %": "CPU pressure 'some' over the run",
+    "worse:": "(the line under a run) the figures compare found worse, or the run's error",
+}
+
+
 def summary(doc: dict) -> str:
+    """A row per run, the figures compare found worse on a line under it, the totals, the legend of every
+    column last; at most 100 columns."""
+    from hpnlab.traffic import report
+
     lines = [f"baseline gate: link-failure's {VARIANT}, 1 repetition per run, each compared with "
-             f"{doc['baseline']} (exit 0 = no figure worse)",
-             "config  run  exit  worse (probe figures / workload figures)  converged ms  black-holed  "
-             "workload %  workload back ms  PSI some %  worse figures"]
+             f"{doc['baseline']} (exit 0 = no figure worse)", "",
+             "config  run  exit  worse p/w  converged ms  black-holed  workload %  back ms  PSI %"]
     for r in doc["runs"]:
         f = r.get("figures", {})
-        lines.append(f"{r['config']:<7} {r['run']:>3}  {r['exit']:>4}  {r.get('probe_figures_worse', '-'):>5} / "
-                     f"{r.get('workload_figures_worse', '-'):<33}  {f.get('converged_gap_ms')!s:>12}  "
+        pw = f"{r.get('probe_figures_worse', '-')} / {r.get('workload_figures_worse', '-')}"
+        lines.append(f"{r['config']:<7} {r['run']:>3}  {r['exit']:>4}  {pw:>9}  {f.get('converged_gap_ms')!s:>12}  "
                      f"{f.get('blackholed_flows')!s:>11}  {f.get('workload.throughput_pct')!s:>10}  "
-                     f"{f.get('workload.recovery_ms')!s:>16}  {r.get('psi_some_pct')!s:>10}  "
-                     + (", ".join(r.get("worse", [])) or r.get("error", "") or "-"))
+                     f"{f.get('workload.recovery_ms')!s:>7}  {r.get('psi_some_pct')!s:>5}")
+        lines.append("    worse: " + (", ".join(r.get("worse", [])) or r.get("error", "") or "-"))
+    lines.append("")
     for kind, t in doc["totals"].items():
         lines.append(f"{kind}: {t['runs']} runs, {t['passed']} passed; probe figures worse in {t['probe_worse_runs']}, "
                      f"workload figures worse in {t['workload_worse_runs']}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(report.wrap(lines) + report.legend_lines(None, LEGEND, "bench/baseline_gate.py")) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
