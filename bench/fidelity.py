@@ -221,6 +221,47 @@ def meter_cost(results: list[dict]) -> dict:
                     "600 bins late (a machine late all the time), the quiet case writes an empty list"}
 
 
+LEGEND = {
+    "condition": "idle, hog (a CPU hog beside the lab) or 1-core (the lab on one core)",
+    "variant": "the link-failure variant",
+    "gap ms med/max": "the longest gap, median/max over the repetitions",
+    "late ms med/max": "the lateness meter's worst lateness in the fault's window, median/max",
+    "flagged": "repetitions flagged / judged by the lateness meter",
+    "PSI some ms": "CPU pressure 'some' in the run, median over the repetitions",
+    "verdict vs idle": "(under a row) whether its gap moved from idle's by more than its bound: by, bound",
+}
+
+
+def summary(doc: dict) -> str:
+    """summary.txt from fidelity.json: a row per condition and variant, the confusion of moved against flagged,
+    the legend of every column last; at most 100 columns."""
+    from hpnlab.traffic import report
+
+    lines = [f"{'condition':<8} {'variant':<14} {'gap ms med/max':>15} {'late ms med/max':>16} {'flagged':>8} "
+             f"{'PSI some ms':>12}"]
+    runs, verdicts = doc["runs"], doc["verdicts"]
+    for r in runs:
+        for v, row in r["variants"].items():
+            g, e = row["longest_gap_ms"], row["emulator"] or {}
+            ver = verdicts.get(r["condition"], {}).get(v)
+            lines.append(f"{r['condition']:<8} {v:<14} {g['median']:>7}/{g['max']:<7} "
+                         f"{e.get('late_ms', {}).get('median')!s:>7}/{e.get('late_ms', {}).get('max')!s:<8} "
+                         f"{e.get('flagged', '-')!s:>4}/{e.get('judged', '-')!s:<3} "
+                         f"{e.get('psi_some_ms', {}).get('median')!s:>12}")
+            if ver:
+                lines.append(f"    verdict vs idle: {ver['verdict']} ({ver['diff_ms']:+g} ms, bound {ver['bound_ms']:g})")
+    cf = doc["confusion"]
+    if cf:
+        n = sum(cf[k] for k in ("flagged_moved", "flagged_still", "unflagged_moved", "unflagged_still"))
+        lines += ["", f"every repetition against its variant's idle median ({n}): moved by more than its own bound "
+                      f"and flagged {cf['flagged_moved']}, flagged but within its bound {cf['flagged_still']}, "
+                      f"moved but NOT flagged {cf['unflagged_moved']}, within its bound and not flagged "
+                      f"{cf['unflagged_still']}",
+                  "the same with the worst FRR daemon's run-queue wait counted as lateness: " + ", ".join(
+                      f"{k.replace('_', ' ')} {n}" for k, n in cf["with_frr_wait"].items())]
+    return "\n".join(report.wrap(lines) + report.legend_lines(None, LEGEND, "bench/fidelity.py")) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, type=Path)
@@ -250,28 +291,9 @@ def main() -> int:
            "runs": runs, "verdicts": verdicts, "confusion": confusion(runs), "meter_cost": kept_cost(a.out) if a.rejudge else meter_cost(runs),
            "finished": time.time()}
     (a.out / "fidelity.json").write_text(json.dumps(doc, indent=1))
-    lines = [f"{'condition':<8} {'variant':<14} {'gap ms med/max':>15} {'late ms med/max':>16} {'flagged':>8} "
-             f"{'PSI some ms':>12}  verdict vs idle"]
-    for r in runs:
-        for v, row in r["variants"].items():
-            g, e = row["longest_gap_ms"], row["emulator"] or {}
-            ver = verdicts.get(r["condition"], {}).get(v)
-            lines.append(f"{r['condition']:<8} {v:<14} {g['median']:>7}/{g['max']:<7} "
-                         f"{e.get('late_ms', {}).get('median')!s:>7}/{e.get('late_ms', {}).get('max')!s:<8} "
-                         f"{e.get('flagged', '-')!s:>4}/{e.get('judged', '-')!s:<3} "
-                         f"{e.get('psi_some_ms', {}).get('median')!s:>12}  "
-                         + (f"{ver['verdict']} ({ver['diff_ms']:+g} ms, bound {ver['bound_ms']:g})" if ver else "-"))
-    cf = doc["confusion"]
-    if cf:
-        n = sum(cf[k] for k in ("flagged_moved", "flagged_still", "unflagged_moved", "unflagged_still"))
-        lines += ["", f"every repetition against its variant's idle median ({n}): moved by more than its own bound "
-                      f"and flagged {cf['flagged_moved']}, flagged but within its bound {cf['flagged_still']}, "
-                      f"moved but NOT flagged {cf['unflagged_moved']}, within its bound and not flagged "
-                      f"{cf['unflagged_still']}",
-                  "the same with the worst FRR daemon's run-queue wait counted as lateness: " + ", ".join(
-                      f"{k.replace('_', ' ')} {n}" for k, n in cf["with_frr_wait"].items())]
-    (a.out / "summary.txt").write_text("\n".join(lines) + "\n")
-    print("\n" + "\n".join(lines))
+    text = summary(doc)
+    (a.out / "summary.txt").write_text(text)
+    print("\n" + text)
     print("\nmeter cost:", json.dumps(doc["meter_cost"]))
     print(f"wrote {a.out / 'fidelity.json'}")
     return 0
