@@ -161,29 +161,46 @@ def worst(rets: list[dict] | None, key: str) -> str:
     return f"{max(vals):g}" if vals else "-"
 
 
+LEGEND = {
+    "variant": "the link-flap experiment's variant",
+    "period s": "the flap period (down half of it, up the other half)",
+    "count": "how many flaps",
+    "workload %": "the all-reduce's throughput during the flapping, % of its baseline",
+    "halt ms": "the workload's longest halt in the flapping (results.json's workload.longest_halt_ms)",
+    "gap ms": "the probes' longest gap",
+    "flagged": "FLAG: the lateness meter flagged the run",
+    "RTO ms at halt": "the largest RTO of the connections into or out of the flapping host, during that halt",
+    "backoff": "their largest backoff during that halt (ss -tin)",
+    "retrans": "their retransmissions from the first flap to 1 s after the last",
+    "max RTO ms": "their largest RTO over the whole fault",
+    "host back ms": "the longest, over the times the host had no port left, from a carrier back to the host "
+                    "routing out of it again (LACP); - where it never lost both",
+    "agg back ms": "the same, to an agg's route to the host's /32 again (BGP)",
+}
+
+
 def summarise(points: list[dict]) -> str:
-    head = (f"{'variant':<18}{'period s':>9}{'count':>6}  {'workload %':>11}{'halt ms':>9}{'gap ms':>8}"
-            f"{'RTO ms at halt':>15}{'backoff':>8}{'retrans':>8}{'max RTO ms':>11}{'host back ms':>13}"
-            f"{'agg back ms':>12}  flagged")
-    lines = [head]
+    """Two tables, a row per run (the workload and the probes; TCP and the routes), the legend of every column
+    last; at most 100 columns."""
+    from hpnlab.traffic import report
+
+    key = f"{'variant':<18}{'period s':>9}{'count':>6}"
+    lines = [f"{key}  {'workload %':>11}{'halt ms':>9}{'gap ms':>8}  flagged"]
+    tcp = [f"{key}{'RTO ms at halt':>15}{'backoff':>8}{'retrans':>8}{'max RTO ms':>11}{'host back ms':>13}"
+           f"{'agg back ms':>12}"]
     for p in points:
         for r in p["runs"]:
             h, ft = r["halt"] or {}, r["fault_tcp"] or {}
-            lines.append(f"{p['variant']:<18}{p['period_s']:>9g}{p['count']:>6}  {str(r['throughput_pct']):>11}"
-                         f"{str(r['longest_halt_ms']):>9}{str(r['longest_gap_ms']):>8}{str(h.get('max_rto_ms')):>15}"
-                         f"{str(h.get('max_backoff')):>8}{str(r['retransmissions']):>8}{str(ft.get('max_rto_ms')):>11}"
-                         f"{worst(r['returns'], 'host_ms'):>13}{worst(r['returns'], 'agg_ms'):>12}"
-                         f"  {'FLAG' if r['flagged'] else ''}")
+            row = f"{p['variant']:<18}{p['period_s']:>9g}{p['count']:>6}"
+            lines.append(f"{row}  {str(r['throughput_pct']):>11}{str(r['longest_halt_ms']):>9}"
+                         f"{str(r['longest_gap_ms']):>8}  {'FLAG' if r['flagged'] else ''}".rstrip())
+            tcp.append(f"{row}{str(h.get('max_rto_ms')):>15}{str(h.get('max_backoff')):>8}{str(r['retransmissions']):>8}"
+                       f"{str(ft.get('max_rto_ms')):>11}{worst(r['returns'], 'host_ms'):>13}"
+                       f"{worst(r['returns'], 'agg_ms'):>12}")
         if p.get("error"):
             lines.append(f"{p['variant']:<18}{p['period_s']:>9g}{p['count']:>6}  FAILED: {p['error']}")
-    lines.append("halt ms: the workload's longest halt in the flapping (results.json's workload.longest_halt_ms); "
-                 "gap ms: the probes' longest gap; RTO ms at halt / backoff: the largest RTO and backoff of the "
-                 "connections sending into or out of the flapping host, sampled during that halt (ss -tin); "
-                 "retrans: their retransmissions from the first flap to 1 s after the last; host back ms / agg back "
-                 "ms: the longest, over the times the host had no port left, from a carrier back to the host routing "
-                 "out of it again (LACP) and to an agg's route to the host's /32 again (BGP); - where it never lost "
-                 "both")
-    return "\n".join(lines) + "\n"
+    lines += ["", "TCP of the flapping host, and the routes back to it:"] + tcp
+    return "\n".join(report.wrap(lines) + report.legend_lines(None, LEGEND, "bench/link_flap_sweep.py")) + "\n"
 
 
 def plot(points: list[dict], path: Path) -> None:

@@ -15,10 +15,7 @@ from tests.conftest import ROOT
 from hpnlab.traffic import report
 
 RESULTS = ROOT / "results"
-BENCH = "written by {0}'s own table, not by hpnlab run's summary; narrowing it is a change to {0}"
 NOT_YET: dict[str, str] = {
-    "link-flap-sweep": BENCH.format("bench/link_flap_sweep.py") + ", and --analyse needs the raw/ shipped "
-                       "results do not carry",
     "agg-failure/trial-8-rails": "its results.json predates the load figures runner.summary reads "
                                  "(survivor_ratio_pct): only a re-run can remake it",
 }
