@@ -128,12 +128,13 @@ def spec_page() -> str:
 
 
 def experiment_page() -> str:
-    from hpnlab.traffic import faults, workloads
+    from hpnlab.traffic import faults, outputs, workloads
     from hpnlab.traffic.experiment import ExperimentFile
 
     intro = ("# Experiment file reference\n\nAn experiment file (`experiments/*.yml`) runs each variant's lab, "
              "sends the probes and the workload, applies the fault timeline, and repeats; `hpnlab run FILE --out "
-             "DIR` writes `DIR/results.json`, `summary.txt`, `plot.png` and `timeline.png` (see [results](results.md)). "
+             "DIR` writes " + ", ".join(f"`{n}`" for n in outputs.OUTPUTS[:-1]) + f" and `{outputs.OUTPUTS[-1]}` "
+             "into DIR (see [results](results.md)). "
              "Everything "
              "is validated before a lab comes up, including that every fault and probe names a real node and "
              "interface of its variant's lab.\n\n")
