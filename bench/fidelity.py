@@ -249,7 +249,8 @@ def summary(doc: dict) -> str:
                          f"{e.get('flagged', '-')!s:>4}/{e.get('judged', '-')!s:<3} "
                          f"{e.get('psi_some_ms', {}).get('median')!s:>12}")
             if ver:
-                lines.append(f"    verdict vs idle: {ver['verdict']} ({ver['diff_ms']:+g} ms, bound {ver['bound_ms']:g})")
+                lines.append(f"    verdict vs idle: {ver['verdict']} ({ver['diff_ms']:+g} ms, "
+                             f"bound {ver['bound_ms']:g})")
     cf = doc["confusion"]
     if cf:
         n = sum(cf[k] for k in ("flagged_moved", "flagged_still", "unflagged_moved", "unflagged_still"))

@@ -194,7 +194,8 @@ def summarise(points: list[dict]) -> str:
             row = f"{p['variant']:<18}{p['period_s']:>9g}{p['count']:>6}"
             lines.append(f"{row}  {str(r['throughput_pct']):>11}{str(r['longest_halt_ms']):>9}"
                          f"{str(r['longest_gap_ms']):>8}  {'FLAG' if r['flagged'] else ''}".rstrip())
-            tcp.append(f"{row}{str(h.get('max_rto_ms')):>15}{str(h.get('max_backoff')):>8}{str(r['retransmissions']):>8}"
+            tcp.append(f"{row}{str(h.get('max_rto_ms')):>15}{str(h.get('max_backoff')):>8}"
+                       f"{str(r['retransmissions']):>8}"
                        f"{str(ft.get('max_rto_ms')):>11}{worst(r['returns'], 'host_ms'):>13}"
                        f"{worst(r['returns'], 'agg_ms'):>12}")
         if p.get("error"):
