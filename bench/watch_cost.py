@@ -225,23 +225,36 @@ def run_experiment(exp: Path, out: Path, reps: int, duration: float | None, with
             "machine_before": m0, "machine_after": machine()}
 
 
+LEGEND = {
+    "nodes": "the lab's size: 16 is the default lab, larger ones bench/scale.py's rungs of the paper's segment",
+    "no page": "the watch server's own CPU (all its threads, user + system) with no page open, % of one core",
+    "one page": "the same with one headless Chromium page connected and following it",
+    "load": "the machine's 1-min load average when the window began, and its CPUs",
+    "flagged": "figures the lateness meter flagged / figures it judged, over the run's repetitions",
+    "page open": "repetitions that ran with the page connected from their start",
+}
+
+
 def summary(rec: dict) -> str:
-    lines = ["The live view's cost (bench/watch_cost.py): the server's own CPU, % of one core"]
+    from hpnlab.traffic import report
+
+    lines = ["The live view's cost (bench/watch_cost.py): the server's own CPU, % of one core",
+             f"  {'nodes':>5}  {'no page':>8}  {'one page':>8}  window  load"]
     for v in rec.get("view", []):
-        lines.append(f"  {v['nodes']:>4} nodes: no page {v['no_page']['cpu_pct']:6.2f} %, one page open "
-                     f"{v['one_page']['cpu_pct']:6.2f} % over {v['one_page']['seconds']:g} s (load "
-                     f"{v['one_page']['machine_before']['load'][0]:g} on {v['one_page']['machine_before']['cpus']} CPUs)")
+        before = v["one_page"]["machine_before"]
+        lines.append(f"  {v['nodes']:>5}  {v['no_page']['cpu_pct']:>6.2f} %  {v['one_page']['cpu_pct']:>6.2f} %  "
+                     f"{v['one_page']['seconds']:>4g} s  {before['load'][0]:g} on {before['cpus']} CPUs")
     if rec.get("experiment"):
         lines.append("The lateness meter, a link failure experiment with and without the page open")
         for e in rec["experiment"]:
+            who = f"  {'with' if e['with_view'] else 'without':>7} the view:"
             if e.get("failed"):
-                lines.append(f"  {'with' if e['with_view'] else 'without':>7} the view: the run exited {e['exit']} "
-                             f"(no figures)")
+                lines.append(f"{who} the run exited {e['exit']} (no figures)")
                 continue
-            lines.append(f"  {'with' if e['with_view'] else 'without':>7} the view: {e['flagged']}/{e['judged']} "
-                         f"figures flagged over {e['repetitions']} repetitions"
-                         + (f" ({e['page_open_from_start']} with the page open from their start)"
-                            if e["with_view"] else "") + f", load {e['machine_before']['load'][0]:g}")
+            lines.append(f"{who} flagged {e['flagged']}/{e['judged']} over {e['repetitions']} repetitions"
+                         + (f", page open {e['page_open_from_start']}" if e["with_view"] else "")
+                         + f", load {e['machine_before']['load'][0]:g}")
+    lines += report.legend_lines(legend=LEGEND, page="docs/watch.md")
     return "\n".join(lines) + "\n"
 
 

@@ -126,7 +126,7 @@ def test_version_frr_cores_kernel_python(monkeypatch, tmp_path):
 def test_collect_has_every_key():
     p = provenance.collect()
     assert set(p) == {"version", "commit", "dirty", "dirty_paths", "python", "kernel", "kernel_tcp_default", "frr",
-                      "cores", "root_sysctls", "host_tcp_buffers"}
+                      "cores", "root_sysctls", "host_tcp_buffers", "machine_load"}
     assert set(p["root_sysctls"]) == {"net.core.netdev_max_backlog", "net.core.rmem_max", "net.core.wmem_max",
                                       "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"}
     assert p["root_sysctls"]["net.core.rmem_max"] == Path("/proc/sys/net/core/rmem_max").read_text().strip()
