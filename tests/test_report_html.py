@@ -111,13 +111,42 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hpnlab.cli", *args], capture_output=True, text=True, timeout=120)
 
 
-def test_report_command_refuses_what_is_not_an_experiment(tmp_path):
-    for target, says in ((tmp_path / "nothing", "no results.json"),
-                         (RESULTS / "idle-cpu", "not an experiment's")):
+def test_report_command_refuses_what_holds_no_results(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "nothing", tmp_path / "empty"):
         r = _cli("report", str(target))
-        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 2 and "no results.json" in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
-    assert not (RESULTS / "idle-cpu" / "report.html").exists()
+    assert not (tmp_path / "empty" / "report.html").exists()
+
+
+def test_a_bench_folder_gets_a_plain_page(tmp_path):
+    """A bench's result (no experiment's results.json): its provenance, summaries, pictures and JSON on one
+    self-contained page, no script."""
+    import shutil
+
+    d = tmp_path / "idle-cpu"
+    shutil.copytree(RESULTS / "idle-cpu", d, ignore=shutil.ignore_patterns("report.html"))
+    r = _cli("report", str(d))
+    assert r.returncode == 0, r.stderr
+    text = (d / "report.html").read_text()
+    assert not EXTERNAL.search(text) and "<script" not in text
+    for s in d.rglob("summary.txt"):
+        first = s.read_text().splitlines()[0]
+        assert report_escape(first) in text, (s, first)
+    assert "no provenance recorded" in text or "clean" in text or "dirty" in text
+
+
+def report_escape(line: str) -> str:
+    from html import escape
+
+    return escape(line)
+
+
+def test_every_shipped_result_folder_has_its_report():
+    """Every results/<name>/ holds a report.html: a run's interactive one, or a bench's plain page."""
+    missing = [p.name for p in sorted(RESULTS.iterdir()) if p.is_dir() and not (p / "report.html").exists()]
+    assert not missing, f"no report.html (hpnlab report results/NAME): {missing}"
 
 
 def test_every_shipped_experiment_result_has_its_report():

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hpnlab import web
 from hpnlab.errors import SpecError
-from hpnlab.traffic import faults as faultkinds, outputs, report, timeline, workloads
+from hpnlab.traffic import faults as faultkinds, outputs, report, summarytext, timeline, workloads
 
 MAX_POINTS = 2000  # per series: bins of 10 ms (the receivers' own) up to 20 s, wider for longer runs
 MIN_BIN_S = 0.01
@@ -297,11 +297,9 @@ def summary(results: dict) -> dict:
     """summary.txt's blocks, one per variant and fault (its figures down, its streams across, each cell as
     summary.txt prints it) with each figure's legend line (``report.LEGEND``) and results.json key, and
     summary.txt's whole text; a workload with its own table (``own_report``): summary.txt's text only."""
-    from hpnlab.traffic import runner
-
     kind = _own(results)
     try:
-        text = runner.summary(results)
+        text = summarytext.summary(results)
     except (KeyError, TypeError, ValueError) as e:  # a result older than its kind's table
         text = f"(summary.txt cannot be made from this results.json: {e!r})"
     if kind is not None:
@@ -327,9 +325,7 @@ def summary(results: dict) -> dict:
 
 def _own(results: dict):
     """The workload kind that writes its own table and plot (``own_report``), or None."""
-    from hpnlab.traffic import runner
-
-    kinds = {runner.workload_of(v) for v in results["variants"].values()}
+    kinds = {summarytext.workload_of(v) for v in results["variants"].values()}
     kind = workloads.REGISTRY.get(kinds.pop()) if len(kinds) == 1 else None
     return kind if kind is not None and kind.own_report else None
 
@@ -403,9 +399,24 @@ def render(results: dict, source: Path | None = None) -> str:
     return page.replace("@@SIZE@@", f"{size / 1e6:.2f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB")
 
 
+def _experiment_file(path: Path) -> bool:
+    """Whether ``path`` is an experiment's results.json (one that cannot be read counts as one: write() says why)."""
+    try:
+        return is_experiment(json.loads(path.read_text()))
+    except OSError:
+        return False
+    except ValueError:
+        return True
+
+
 def write(out: Path, results: dict | None = None) -> Path:
-    """DIR/report.html from DIR/results.json (or ``results``, the dict about to be written there)."""
+    """DIR/report.html from DIR/results.json (or ``results``, the dict about to be written there); a folder
+    whose results are a bench's, not a run's, gets hpnlab.traffic.benchpage's page."""
     out = Path(out)
+    if results is None and out.is_dir() and not _experiment_file(out / "results.json"):
+        from hpnlab.traffic import benchpage  # a bench's folder: its own plainer page
+
+        return benchpage.write(out)
     if results is None:
         src = out / "results.json" if out.is_dir() else out
         try:

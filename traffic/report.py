@@ -7,8 +7,10 @@ import statistics
 from pathlib import Path
 
 from hpnlab import lateness
-from hpnlab.traffic import faults as faultkinds, measure, nodebytes, timeline, workloads
+from hpnlab.traffic import faults as faultkinds, measure, nodebytes, textlayout, timeline, workloads
 from hpnlab.traffic.experiment import Plan
+from hpnlab.traffic.textlayout import LEGEND_HEAD, WIDTH, table, wrap  # noqa: F401  (report.WIDTH, as before)
+from hpnlab.traffic.textlayout import block as _block
 
 TIMELINE_EVENTS = 400  # per fault in results.json (a segment's FIB changes run to thousands)
 SPLIT = ("detection_ms", "protocol_ms", "delivery_ms", "cpu_ms")
@@ -259,7 +261,6 @@ SHORT = {"longest_gap_ms": "gap", "converged_gap_ms": "converged", "routes_last_
          "recovery_after_repair_ms": "recovery"}
 
 
-WIDTH = 100  # summary.txt fits a terminal: no line longer than this (a table wider than it goes on in another)
 # One line per column, at the end of summary.txt (docs/results.md says more about each).
 LEGEND: dict[str, str] = {
     "variant": "the experiment file's variant (a block's title)",
@@ -327,75 +328,12 @@ def _cells(f: dict, m: dict, n: int) -> dict[str, str]:
     return out
 
 
-def _block(columns: list[tuple[str, dict[str, str]]], rows: list[str]) -> list[str]:
-    """Figures down, streams across; streams that do not fit in WIDTH go on in another table below."""
-    label = max(len(r) for r in rows) + 2
-    out: list[str] = []
-    chunk: list[tuple[str, dict[str, str], int]] = []
-    used = label
-
-    def flush():
-        if not chunk:
-            return
-        out.append((" " * label + "  ".join(h.ljust(w) for h, _c, w in chunk)).rstrip())
-        for r in rows:
-            if any(c.get(r, "") for _h, c, _w in chunk):
-                out.append((r.ljust(label) + "  ".join(c.get(r, "").ljust(w) for _h, c, w in chunk)).rstrip())
-
-    for head, cells in columns:
-        w = max(len(head), *(len(v) for v in cells.values()))
-        if chunk and used + w + 2 > WIDTH:
-            flush()
-            chunk, used = [], label
-        chunk.append((head, cells, w))
-        used += w + 2
-    flush()
-    return out
-
-
-def wrap(lines: list[str], indent: int | None = None) -> list[str]:
-    """Prose lines folded to WIDTH (continuations indented two past the line's own indent, or by ``indent``),
-    so summary.txt fits a terminal."""
-    import textwrap
-
-    out = []
-    for ln in lines:
-        if len(ln) <= WIDTH:
-            out.append(ln)
-            continue
-        lead = len(ln) - len(ln.lstrip())
-        out += textwrap.wrap(ln, WIDTH, initial_indent="",
-                             subsequent_indent=" " * (lead + 2 if indent is None else indent),
-                             break_long_words=False, break_on_hyphens=False)
-    return out
-
-
-LEGEND_HEAD = "legend"  # the line that opens summary.txt's legend: "legend (PAGE says more):"
-
-
-def table(rows: list[tuple], fold: bool = True) -> list[str]:
-    """Rows as left-aligned columns (the first row their headers), a line per row; where that is wider than
-    WIDTH (and ``fold``), the columns go down instead (a column per row, titled by its first cell), in as
-    many tables as it takes."""
-    w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-    if not fold or max(len(ln) for ln in lines) <= WIDTH:
-        return lines
-    names = [str(h) for h in rows[0][1:]]
-    return _block([(str(r[0]), dict(zip(names, map(str, r[1:])))) for r in rows[1:]], names)
-
-
 def legend_lines(headers: list[str] | None = None, legend: dict[str, str] | None = None,
                  page: str = "docs/results.md") -> list[str]:
     """The one-line legend of every column or figure name (``legend``: the failover table's by default), for
-    the end of summary.txt; a line that would pass WIDTH goes on indented under its text."""
+    the end of summary.txt (laid out by hpnlab.traffic.textlayout)."""
     legend = LEGEND if legend is None else legend
-    hs = headers or list(legend)
-    w = max(len(h) for h in hs) + 2
-    out = ["", f"{LEGEND_HEAD} ({page} says more):"]
-    for h in hs:
-        out += wrap([f"  {(h + ':').ljust(w)}{legend[h]}"], indent=2 + w)
-    return out
+    return textlayout.legend_lines(headers or list(legend), legend, page)
 
 
 def summary_table(results: dict) -> str:

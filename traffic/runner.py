@@ -27,6 +27,7 @@ from hpnlab.traffic import (graywatch, grayfigures, htmlreport, measure, nodebyt
                             slip, timeline, workloads)
 from hpnlab.traffic.experiment import Experiment, Plan
 from hpnlab.traffic.live import Publisher
+from hpnlab.traffic.summarytext import own_kind, summary, workload_of  # noqa: F401  (runner.summary, as before)
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
 
@@ -392,12 +393,6 @@ def run_variant(exp: Experiment, plan: Plan, raw: Path, runtime: str, progress: 
     grayfigures.aggregate_into(v)
 
 
-def own_kind(results: dict):
-    """The workload kind every variant runs, where they all run one (None where they mix kinds)."""
-    kinds = {workload_of(v) for v in results["variants"].values()}
-    return workloads.get(kinds.pop()) if len(kinds) == 1 else None
-
-
 def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
     """results.json (atomically), plot.png (where matplotlib is installed), summary.txt, timeline.png and
     report.html in ``out`` (outputs.OUTPUTS); an experiment whose variants all run one workload kind gets that kind's
@@ -416,32 +411,6 @@ def write_results(results: dict, out: Path) -> tuple[Path | None, str]:
         (out / outputs.TIMELINE).unlink(missing_ok=True)  # not an earlier run's picture beside these results
     htmlreport.write(out, results)  # report.html: the same results, interactive, for a browser
     return png, table
-
-
-def summary(results: dict) -> str:
-    """summary.txt: of a failover experiment (every workload but those with their own report) a block per
-    variant and fault; of one whose workload has its own report (``own_report``) that kind's table; under
-    either the lines on the workload, the lateness meter, TCP and the prober, and the legend of every column
-    or figure name last; no line wider than report.WIDTH."""
-    kind = own_kind(results)
-    if kind is not None and kind.own_report:
-        extra = report.emulator_lines(results)
-        extra += reorder.summary_lines(results)  # none for a run before tcpstats were read
-        extra += grayfigures.summary_lines(results)  # none without a variant with the prober
-        extra += slip.summary_lines(results)  # none for a run before the slip guard
-        return "\n".join([kind.summary_table(results), *report.wrap(extra),
-                          *report.legend_lines(list(kind.legend), kind.legend, kind.legend_page)])
-    extra = [line for name, v in results["variants"].items()
-             for line in workloads.get(workload_of(v)).summary_lines(name, v)]
-    extra += reorder.summary_lines(results)  # none for a run before tcpstats were read
-    extra += grayfigures.summary_lines(results)  # none without a variant with the prober
-    extra += slip.summary_lines(results)  # none for a run before the slip guard
-    return "\n".join([report.summary_table(results), *report.wrap(extra), *report.legend_lines()])
-
-
-def workload_of(v: dict) -> str:
-    """A variant's workload kind (results written before it was recorded: elephant runs left a path map)."""
-    return v.get("workload") or ("elephant" if v.get("balance") else "none")
 
 
 def tracked(path: Path) -> bool:

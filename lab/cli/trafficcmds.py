@@ -409,9 +409,11 @@ def add_parsers(sub) -> None:
                                     "column's definition, per variant the probes' delivery and the workload's rate "
                                     "over time for every repetition (zoom, hover, toggle), the convergence "
                                     "timelines, a replay of the fabric at any instant, the lateness flags and the "
-                                    "provenance. Self-contained: it opens from the file with no network.",
+                                    "provenance. Self-contained: it opens from the file with no network. A bench's "
+                                    "result folder (no experiment's results.json) gets a plain page instead: its "
+                                    "files' provenance, summaries, pictures, notes and JSON.",
                         epilog="examples:\n  hpnlab report results/link-failure\n  hpnlab report /tmp/lf")
-    rp.add_argument("dir", help="the folder of an 'hpnlab run' (or its results.json)")
+    rp.add_argument("dir", help="the folder of an 'hpnlab run' (or its results.json), or of a bench's results")
     rp.set_defaults(func=report_cmd)
 
     f = sub.add_parser("fail", help="inject one fault into a running lab (reverted after --for, on Ctrl-C, or by --clear)",

@@ -154,7 +154,7 @@ class WorkloadKind:
     legend_page = "docs/results.md"
 
     def summary_table(self, results: dict) -> str:
-        """summary.txt of an experiment whose variants run this kind (``own_report``), at most report.WIDTH
+        """summary.txt of an experiment whose variants run this kind (``own_report``), at most textlayout.WIDTH
         wide; summary.txt goes on with the lateness meter's lines and ends with ``legend``."""
         raise NotImplementedError
 

@@ -477,7 +477,7 @@ class Jobs(WorkloadKind):
     def summary_table(self, results):
         """A block per variant (the figures down, the cluster and each job across), then the paired
         differences; each figure is min/median/max over the repetitions."""
-        from hpnlab.traffic import report
+        from hpnlab.traffic import textlayout
 
         head = [f"experiment {results['experiment']}: GPU utilisation (compute done in the window / the window), "
                 f"min/median/max over {results['repetitions']} repetition(s); cluster = weighted by ranks; a job's "
@@ -497,14 +497,14 @@ class Jobs(WorkloadKind):
                                  "compute ms": _opt(f["compute_ms"]), "iteration ms": _fmt(f["iteration_ms"]),
                                  "exposed comm ms": _fmt(f["exposed_ms"]), "intensity": _fmt(f["intensity"]),
                                  "level": _opt(f["level"]), "dscp": _opt(f["dscp"])}))
-            out += ["", f"{name} / policy {j['policy']}"] + report._block(cols, list(self.FIGURES))
+            out += ["", f"{name} / policy {j['policy']}"] + textlayout.block(cols, list(self.FIGURES))
         pairs = [f"{cname} - {bname} ({p['policy']}), paired by hash seed over {p['n']}: cluster GPU util "
                  f"{_fmt(p['diff_mmm'])}, gain {_fmt(p['gain_pct_mmm'])} % (min/median/max)"
                  for cname, against in (results.get("paired") or paired(results).get("paired") or {}).items()
                  for bname, p in against.items()]
         if pairs:
             out += ["", "paired differences (A - B (policy)):"] + pairs
-        return "\n".join(report.wrap(head + out))
+        return "\n".join(textlayout.wrap(head + out))
 
     def plot(self, results, path):
         try:
