@@ -26,6 +26,8 @@ PROTO_HPNLAB = 99  # route protocol id marking our table-10 routes (iproute2 may
 # neighbour table and the ports' carrier are read whole this often. Read every second, the carrier dump
 # was a third of an idle 128-port ToR agent's CPU (sampled); the shipped experiments never needed it.
 RESYNC_S = 5.0
+# the slip guard reads the BFD packets it saw at most this often (their kernel timestamps keep their times)
+WATCH_DRAIN_S = 0.25
 
 
 # After a resume that should cost the ToR its BGP sessions, the stale routes' withdrawal is waited for this
@@ -257,6 +259,7 @@ class TorAgent:
         # interval of half the detection time or more is kept
         self.bfd_watch = slip.BfdWatch(cfg.get("fabric_ifaces") or [], cfg["session_detect_s"] / 2, GAPS) \
             if cfg.get("bfd") and cfg.get("session_detect_s") else None
+        self.watch_next = 0.0
 
     # --- state -----------------------------------------------------------------------------------
     def port_ok(self, iface: str) -> bool:
@@ -572,11 +575,10 @@ class TorAgent:
             bfd_fds = self.bfd.fds() if self.bfd else []
             pair_fds = self.pairlink.fds() if self.pairlink else []
             route_fds = [self.routes_nl.fileno()] if self.routes_nl is not None else []
-            watch_fds = self.bfd_watch.fds() if self.bfd_watch else []
             deadline = min(self.driver.next_deadline(now), self.bfd.next_deadline() if self.bfd else now + 1,
                            self.next_fib_check if self.hold.enabled else now + 1,
                            self.pair.next_tx if self.pair else now + 1)
-            ready = wait(self.driver.fds() + bfd_fds + pair_fds + route_fds + watch_fds + [nl], deadline)
+            ready = wait(self.driver.fds() + bfd_fds + pair_fds + route_fds + [nl], deadline)
             now = body_start = time.monotonic()
             self.check_stall(now, last_alive)
             for fd in ready:
@@ -590,8 +592,6 @@ class TorAgent:
                     self.bfd.handle(fd, now)
                 elif fd in pair_fds:
                     self.pairlink.handle(fd, self.pair, now)
-                elif fd in watch_fds:
-                    self.bfd_watch.handle(fd)
                 else:
                     self.driver.handle(fd, now)
             now = time.monotonic()
@@ -623,6 +623,9 @@ class TorAgent:
                 for e in self.bfd.tick_and_send(now):
                     self.routes_stale = True
                     log(e)
+            if self.bfd_watch and now >= self.watch_next:  # read at the loop's own pace, never woken for
+                self.bfd_watch.drain()
+                self.watch_next = now + WATCH_DRAIN_S
             before = self.changes
             self._collect(now)
             if self.routes_stale or self.pair:
