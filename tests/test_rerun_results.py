@@ -5,6 +5,7 @@ working tree holds."""
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +19,13 @@ _spec.loader.exec_module(rerun)
 
 
 def _git_ok() -> bool:
+    # the test VM's checkout is a copy of the files, without git installed: skip there, do not fail collection
+    if shutil.which("git") is None:
+        return False
     return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode == 0
 
 
-pytestmark = pytest.mark.skipif(not _git_ok(), reason="not a git checkout: nothing to make a worktree of")
+pytestmark = pytest.mark.skipif(not _git_ok(), reason="git is not installed here, or this is not a git checkout: nothing to make a worktree of")
 
 
 def test_a_commit_the_repository_lacks_is_refused_in_one_line(capsys):
