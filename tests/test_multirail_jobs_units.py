@@ -206,3 +206,33 @@ def test_join_reads_every_parts_count(tmp_path):
     assert a.ready(1) and b.ready(1) and not a.ready(2)
     with pytest.raises(SystemExit):
         Join(str(tmp_path / "j"), 2, 2)
+
+
+def test_a_waiting_part_wakes_on_the_last_parts_message_not_a_timer(tmp_path):
+    """The join is an event: a part waiting for the iteration selects on its socket, which stays silent
+    until the other part ends the iteration, then is readable; the count comes in the message (the other
+    part's file is gone here, and the wait still ends)."""
+    import selectors
+
+    from hpnlab.node.jobrun import Join
+
+    a, b = Join(str(tmp_path / "j"), 0, 2), Join(str(tmp_path / "j"), 1, 2)
+    a.arrive(1)
+    assert not a.ready(1)
+    sel = selectors.DefaultSelector()
+    sel.register(a, selectors.EVENT_READ)
+    assert sel.select(timeout=0.05) == []  # nothing has happened: nothing wakes it
+    b.arrive(1)
+    (tmp_path / "j" / "1").unlink()
+    assert [k.fileobj for k, _ in sel.select(timeout=5)] == [a]
+    assert a.ready(1)
+
+
+def test_a_part_started_late_reads_the_counts_sent_before_it_existed(tmp_path):
+    from hpnlab.node.jobrun import Join
+
+    b = Join(str(tmp_path / "j"), 1, 2)
+    b.arrive(3)  # part 0 has no socket yet: the message is lost, the file is not
+    a = Join(str(tmp_path / "j"), 0, 2)
+    a.arrive(3)
+    assert a.ready(3) and not a.ready(4)

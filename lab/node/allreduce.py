@@ -267,6 +267,8 @@ class Ring:
         sel = selectors.DefaultSelector()
         for c in self.inc:
             sel.register(c.sock, selectors.EVENT_READ, c)
+        if self.join is not None:  # a waiting part wakes when the last of its rails ends the iteration
+            sel.register(self.join, selectors.EVENT_READ, self.join)
         steps_per_iter = 2 * (self.n - 1)
         t_start = time.time()
         end = time.monotonic() + duration
@@ -295,9 +297,12 @@ class Ring:
                 break
             want_write = any(c.pending for c in self.out)
             wait = 0.001 if want_write else 0.01
-            if held is not None:
-                wait = max(0.0, min(wait, hold_until - time.monotonic() if hold_until is not None else 0.002))
+            if held is not None and hold_until is not None:  # (waiting on the other rails: the join's socket wakes it)
+                wait = max(0.0, min(wait, hold_until - time.monotonic()))
             for key, _ev in sel.select(timeout=wait):
+                if key.data is self.join:
+                    self.join.drain()
+                    continue
                 if not self.on_readable(key.data):
                     sel.unregister(key.fileobj)
             now = time.monotonic()

@@ -167,6 +167,8 @@ class AllToAll:
         sel = selectors.DefaultSelector()
         for i in self.inc:
             sel.register(i.sock, selectors.EVENT_READ, i)
+        if self.join is not None:  # a waiting part wakes when the last of its rails ends the iteration
+            sel.register(self.join, selectors.EVENT_READ, self.join)
         t_start = time.time()
         end = time.monotonic() + duration
         iterations: list[float] = []
@@ -186,9 +188,12 @@ class AllToAll:
                 held = False
             self.flush()
             wait = 0.001 if any(o.owed and not o.dead for o in self.out) else 0.01
-            if held:
-                wait = max(0.0, min(wait, hold_until - time.monotonic() if hold_until is not None else 0.002))
+            if held and hold_until is not None:  # (waiting on the other rails: the join's socket wakes it)
+                wait = max(0.0, min(wait, hold_until - time.monotonic()))
             for key, _ev in sel.select(timeout=wait):
+                if key.data is self.join:
+                    self.join.drain()
+                    continue
                 self.read(key.data)
                 if key.data.eof:
                     sel.unregister(key.fileobj)

@@ -9,8 +9,10 @@ how a run starts, stops or reports.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -54,36 +56,85 @@ def add_job_args(p: argparse.ArgumentParser, sports_help: str) -> None:
 class Join:
     """The rails of one rank of a job on several rails, each rail's part its own process: the rank's next
     iteration begins (its compute, then every rail's traffic) only when every part has ended the iteration
-    before, as on a host whose GPU computes once per iteration and then sends on all its rails. Each part
-    writes how many iterations it has ended to DIR/PART (replaced whole, so a reader never sees half a
-    number); a part waits by reading the others' files (the processes share the host's file system, and a
-    few ms of polling is small beside an iteration)."""
+    before, as on a host whose GPU computes once per iteration and then sends on all its rails.
+
+    Each part owns a datagram socket in the host's abstract unix namespace (named from DIR and the part:
+    the parts share the host's network namespace, and an abstract name needs no file to clean up). A part
+    that ends an iteration sends its count to every other part's socket; a waiting part puts its socket in
+    the selector it already waits on, so it wakes when the last part arrives, not on a timer. Each count is
+    also written to DIR/PART (replaced whole): a part reads the others' files once, when it first waits,
+    for counts sent before its socket existed (a part started later than the others)."""
 
     def __init__(self, where: str, part: int, parts: int):
         if not 0 <= part < parts:
             raise SystemExit(f"--join-part {part}: give 0 .. {parts - 1} (--join-parts {parts})")
         self.dir, self.part, self.parts = Path(where), part, parts
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.seen = [0] * parts  # the iterations each part has ended, as last read
+        self.seen = [0] * parts  # the iterations each part has ended, as last heard
+        key = hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:24]
+        self._names = [f"\0hpnlab-join-{key}-{q}" for q in range(parts)]
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self._names[part])
+        self.sock.setblocking(False)
+        self._files_read = False
+
+    def fileno(self) -> int:
+        """The socket a waiting part selects on: readable when another part has sent its count."""
+        return self.sock.fileno()
 
     def arrive(self, ended: int) -> None:
-        """This part has ended ``ended`` iterations."""
+        """This part has ended ``ended`` iterations: its file, then a datagram to every other part."""
         tmp = self.dir / f".{self.part}.tmp"
         tmp.write_text(str(ended))
         os.replace(tmp, self.dir / str(self.part))
         self.seen[self.part] = ended
+        msg = f"{self.part} {ended}".encode()
+        for q, name in enumerate(self._names):
+            if q == self.part:
+                continue
+            try:
+                self.sock.sendto(msg, name)
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass  # that part has not bound its socket yet (it reads this file when it first waits) or is gone
+            except BlockingIOError:
+                # its queue is full (max_dgram_qlen counts, a part reads each pass): wait for room, briefly
+                self.sock.setblocking(True)
+                self.sock.settimeout(1.0)
+                try:
+                    self.sock.sendto(msg, name)
+                except OSError:
+                    pass
+                finally:
+                    self.sock.setblocking(False)
+
+    def drain(self) -> None:
+        """Take every count the other parts have sent (the selector said the socket is readable)."""
+        while True:
+            try:
+                data = self.sock.recv(64)
+            except (BlockingIOError, InterruptedError):
+                return
+            try:
+                q, n = (int(x) for x in data.split())
+            except ValueError:
+                continue
+            if 0 <= q < self.parts:
+                self.seen[q] = max(self.seen[q], n)
 
     def ready(self, ended: int) -> bool:
         """Every part has ended ``ended`` iterations."""
-        for q in range(self.parts):
-            if self.seen[q] < ended:
+        self.drain()
+        if not self._files_read and min(self.seen) < ended:
+            self._files_read = True
+            for q in range(self.parts):
                 try:
-                    self.seen[q] = int((self.dir / str(q)).read_text() or 0)
+                    self.seen[q] = max(self.seen[q], int((self.dir / str(q)).read_text() or 0))
                 except (OSError, ValueError):
-                    return False
-                if self.seen[q] < ended:
-                    return False
-        return True
+                    pass
+        return min(self.seen) >= ended
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def join_of(a: argparse.Namespace) -> Join | None:

@@ -26,7 +26,7 @@ iteration is the compute plus the slowest rail's part. Why not independent per-r
 figures taken as the max over rails (the ``allreduce`` workload's way, which has no compute to share): a
 rail whose part ended first would start its next compute early, and the job's GPU utilisation would count
 compute the host never did. The job's figures: iteration k's end is the last rail's end, its compute end
-the last rail's compute end (the rails' compute ends differ by the join's polling, a few ms), its GPU
+the last rail's compute end (the rails' compute ends differ by how soon each rail's process wakes to the join's message), its GPU
 utilisation the host's compute in the measured window over the window (job_figures).
 """
 
@@ -256,7 +256,7 @@ def _rank0(reps: list[dict]) -> dict:
 def across_rails(by_rail: dict[int, list[dict]]) -> dict:
     """A job on several rails as one rank-0 report, as its host sees it: iteration k ends when the last
     rail's part of it ends, and its compute ended when the last rail's ended (the rails' processes join
-    between iterations, so these differ by the join's polling); only iterations every rail completed count
+    between iterations, so these differ by how soon each wakes to the join's message); only iterations every rail completed count
     (a rail that reported nothing: none)."""
     r0s = [_rank0(v) if v else {"ranks": 0, "iterations": [], "computed": []} for v in by_rail.values()]
     ends = [max(ts) for ts in zip(*(r["iterations"] for r in r0s))]
