@@ -53,7 +53,7 @@ def _fig(fault: dict, name: str):
 
 
 def one(kind: str, k: int, out: Path, baseline: Path) -> dict:
-    from hpnlab.traffic import compare
+    from hpnlab.traffic.analysis import compare
 
     exp = experiment_file(out / "raw" / f"{kind}.yml", "bgw" if kind == "worse" else "bgs", kind == "worse")
     run_dir = out / "raw" / f"{kind}{k}"
@@ -97,7 +97,7 @@ LEGEND = {
 def summary(doc: dict) -> str:
     """A row per run, the figures compare found worse on a line under it, the totals, the legend of every
     column last; at most 100 columns."""
-    from hpnlab.traffic import report
+    from hpnlab.traffic.output import report
 
     lines = [f"baseline gate: link-failure's {VARIANT}, 1 repetition per run, each compared with "
              f"{doc['baseline']} (exit 0 = no figure worse)", "",
@@ -122,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worse", type=int, default=2, help="runs of the worse configuration")
     ap.add_argument("--out", default=str(ROOT / "results" / "baseline-gate"))
     ap.add_argument("--baseline", default=str(ROOT / "results" / "link-failure"))
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args(argv)
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
-    from hpnlab import provenance
+    from hpnlab.instrument import provenance
 
     out = Path(a.out)
     (out / "raw").mkdir(parents=True, exist_ok=True)  # the runs and their experiment files (git-ignored)

@@ -52,8 +52,10 @@ def alive(pid: int) -> bool:
 
 def deploy(sp) -> None:
     """Render and deploy (namespaces, links, FRR, agents) without the health wait of `hpnlab up`."""
-    from hpnlab import render, runtime, topology
-    from hpnlab.models import LabState
+    from hpnlab import runtime
+    from hpnlab.generate import render
+    from hpnlab.model import topology
+    from hpnlab.model.models import LabState
     from hpnlab.runtime.base import State
 
     rt = runtime.get("netns")(sp.name, State(sp.name, LabState(lab=sp.name)))
@@ -70,13 +72,13 @@ def main() -> int:
     ap.add_argument("--deployed-only", action="store_true", help="deploy without waiting for health")
     ap.add_argument("--settle", type=float, default=30.0, help="seconds a --deployed-only lab runs before down")
     ap.add_argument("--json", type=Path, help="write the rows to this file")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     args = ap.parse_args()
     machineload.settle_or_exit(args.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     report = []
     for spec in args.specs:
-        from hpnlab.spec import load_spec
+        from hpnlab.model.spec import load_spec
 
         sp = load_spec(spec)
         times, left = [], 0
@@ -102,7 +104,7 @@ def main() -> int:
               f"(min/median/max of {args.runs}, whole command incl. Python start); alive after return: {left}")
     print(json.dumps(report))
     if args.json:
-        from hpnlab import provenance
+        from hpnlab.instrument import provenance
 
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"provenance": provenance.collect(), "measured": report}, indent=1) + "\n")

@@ -71,9 +71,9 @@ print(json.dumps({"stop_s": dt, "daemons": len(daemons), "alive_after": sum(aliv
 
 
 def hpnlab_once() -> dict:
-    from hpnlab.orchestrate import bring_up, leftovers, tear_down
-    from hpnlab.proc import pid_alive
-    from hpnlab.spec import load_spec
+    from hpnlab.lifecycle.orchestrate import bring_up, leftovers, tear_down
+    from hpnlab.machine.proc import pid_alive
+    from hpnlab.model.spec import load_spec
 
     sp = load_spec("default")
     rt, _cfgs, _ = bring_up(sp)
@@ -89,7 +89,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ipmininet-python", help="a Python that imports ipmininet")
     ap.add_argument("--runs", type=int, default=5)
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     args = ap.parse_args()
     machineload.settle_or_exit(args.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)

@@ -183,7 +183,7 @@ def kept_cost(out: Path) -> dict:
 
 def meter_cost(results: list[dict]) -> dict:
     """CPU cost of the meter: each witness's per-call cost here, times how often it runs."""
-    from hpnlab import lateness
+    from hpnlab.instrument import lateness
     from hpnlab.node.lateness import LateBins
 
     n = 2000
@@ -235,7 +235,7 @@ LEGEND = {
 def summary(doc: dict) -> str:
     """summary.txt from fidelity.json: a row per condition and variant, the confusion of moved against flagged,
     the legend of every column last; at most 100 columns."""
-    from hpnlab.traffic import report
+    from hpnlab.traffic.output import report
 
     lines = [f"{'condition':<8} {'variant':<14} {'gap ms med/max':>15} {'late ms med/max':>16} {'flagged':>8} "
              f"{'PSI some ms':>12}"]
@@ -269,7 +269,7 @@ def main() -> int:
     ap.add_argument("-n", "--repetitions", type=int, default=3)
     ap.add_argument("--conditions", default="idle,hog,1-core")
     ap.add_argument("--rejudge", action="store_true", help="judge the runs already in OUT/runs again, run nothing")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)

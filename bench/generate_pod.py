@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path, help="write the figures to this file")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
@@ -42,7 +42,7 @@ def main() -> int:
     print(f"wall time per generate: min {min(runs):.2f} s, max {max(runs):.2f} s (target < 10 s)")
     print(f"peak RSS: {rss:.0f} MB (target < 1024 MB)")
     if a.json:
-        from hpnlab import provenance
+        from hpnlab.instrument import provenance
 
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"provenance": provenance.collect(), "spec": "examples/hpn-pod-15k.yml",

@@ -94,14 +94,14 @@ def main() -> int:
     ap.add_argument("--cases", default="all", help="'all' or comma-separated indices into the case list "
                                                    "(1,3,5,7: the 1 %% ones)")
     ap.add_argument("--json", type=Path, required=True)
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
     sys.path.insert(0, str(ROOT))
-    from hpnlab import provenance
+    from hpnlab.instrument import provenance
     from hpnlab.api import Lab
-    from hpnlab.traffic.isolation import Isolator
+    from hpnlab.traffic.run.isolation import Isolator
 
     cases = CASES if a.cases == "all" else [CASES[int(i)] for i in a.cases.split(",")]
     out: dict = {"provenance": provenance.collect(), "settings": {}, "fault_free": {}, "cases": {}}

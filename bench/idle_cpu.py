@@ -208,7 +208,7 @@ def measure(lab_key: str, case: str, window: float, settle: float, timeout: floa
 
 class AgentsFrom:
     """The hpnlab package of commit REV, first on PYTHONPATH for the processes the lab starts (the agents'
-    launcher, a ``python -m hpnlab.node.launcher``): the editable install's finder comes after PYTHONPATH."""
+    launcher, a ``python -m hpnlab.node.agents.launcher``): the editable install's finder comes after PYTHONPATH."""
 
     def __init__(self, rev: str | None):
         self.rev, self.dir, self.old = rev, None, None
@@ -258,7 +258,7 @@ LEGEND = {
 def summary(doc: dict) -> str:
     """A section per lab and agents' code: the lab's and machine's figures, then the processes' (a second
     table, so each fits 100 columns), the costs of the mechanisms; the legend of every column last."""
-    from hpnlab.traffic import report
+    from hpnlab.traffic.output import report
 
     lines = ["Idle CPU of a lab, % of one core over the window (bench/idle_cpu.py)", ""]
     for lab_key, codes in doc.get("labs", {}).items():
@@ -295,7 +295,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=None, help="up's timeout (default 120; the segment 300)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--summary", action="store_true", help="only rewrite summary.txt from results.json")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
@@ -311,7 +311,7 @@ def main() -> int:
         seg = a.lab == "segment"
         settle = a.settle if a.settle is not None else (20.0 if seg else 5.0)
         timeout = a.timeout if a.timeout is not None else (300.0 if seg else 120.0)
-        from hpnlab import provenance
+        from hpnlab.instrument import provenance
 
         codes = [("before", a.before), ("after", None)] if a.before else [("current", None)]
         for c in cases:

@@ -39,7 +39,7 @@ def mem_kb(pid: int) -> tuple[int, int]:
 
 
 def measure(spec: str | None, runs: int, runtime: str) -> dict | None:
-    from hpnlab.spec import load_spec
+    from hpnlab.model.spec import load_spec
 
     sp = load_spec(spec)
     times, own, memory = [], [], {}
@@ -58,7 +58,7 @@ def measure(spec: str | None, runs: int, runtime: str) -> dict | None:
         except ValueError:
             own.append(None)
         if i == runs - 1:
-            from hpnlab.orchestrate import open_lab
+            from hpnlab.lifecycle.orchestrate import open_lab
 
             rt, _ = open_lab(sp.name)
             per_router: dict[str, list[int]] = {}
@@ -111,7 +111,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--runtime", default="netns", help="comma-separated: netns, clab (default netns)")
     ap.add_argument("--json", type=Path, help="write every run to this file")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
@@ -122,7 +122,7 @@ def main() -> int:
             if row:
                 rows.append(row)
     if a.json:
-        from hpnlab import provenance
+        from hpnlab.instrument import provenance
 
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"provenance": provenance.collect(), "measured": rows}, indent=1))

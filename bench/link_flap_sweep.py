@@ -31,16 +31,16 @@ from pathlib import Path
 
 import yaml
 
-from hpnlab import provenance
+from hpnlab.instrument import provenance
 from hpnlab.api import Lab
-from hpnlab.traffic.retransmit import halts, parse_ss, retransmissions, returns, timer_during
+from hpnlab.traffic.analysis.retransmit import halts, parse_ss, retransmissions, returns, timer_during
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "link-flap-sweep"
 PREFIX = "lfs"  # the sweep's labs are lfs0 (one variant per run)
 AT = 2.0  # the flapping starts 2 s in (a baseline for the workload's rate before it)
 TAIL = 4.0  # seconds after the last flap: the recovery
-PORT = 17000  # the all-reduce's port (hpnlab.node.allreduce)
+PORT = 17000  # the all-reduce's port (hpnlab.node.programs.allreduce)
 # name: (spec overrides, the host's ports that flap: single-ToR's one cable carries both NIC ports)
 VARIANTS = {
     "single-tor": ({"access": "single-tor", "tier2": "clos"}, ["r0p0", "r0p1"]),
@@ -148,7 +148,7 @@ def run_point(period: float, count: int, variant: str, reps: int, out: Path, sam
     sampler.join(10)
     addrs = []
     if (d / "run" / "results.json").exists():
-        from hpnlab.traffic.experiment import load  # the addresses the ring ran on, as the run resolved them
+        from hpnlab.traffic.run.experiment import load  # the addresses the ring ran on, as the run resolved them
         plan = load(d / "experiment.yml").plans[0]
         addrs = [plan.host_ip(h, 0) for h in ring]
     (d / "tcp.json").write_text(json.dumps({"ring": ring, "addrs": addrs, "interval_s": sample_s,
@@ -182,7 +182,7 @@ LEGEND = {
 def summarise(points: list[dict]) -> str:
     """Two tables, a row per run (the workload and the probes; TCP and the routes), the legend of every column
     last; at most 100 columns."""
-    from hpnlab.traffic import report
+    from hpnlab.traffic.output import report
 
     key = f"{'variant':<18}{'period s':>9}{'count':>6}"
     lines = [f"{key}  {'workload %':>11}{'halt ms':>9}{'gap ms':>8}  flagged"]
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-ms", type=float, default=100)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--analyse", action="store_true", help="only recompute sweep.json, summary.txt, plot.png from raw/")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args(argv)
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)

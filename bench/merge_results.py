@@ -70,8 +70,9 @@ def main() -> int:
     ap.add_argument("parts", nargs="+", type=Path, help="the parts' results folders, in the order to list them")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from hpnlab import provenance
-    from hpnlab.traffic import report, runner
+    from hpnlab.instrument import provenance
+    from hpnlab.traffic import runner
+    from hpnlab.traffic.output import report
 
     parts = [json.loads((d / "results.json").read_text()) for d in a.parts]
     res = merge(parts, [str(d) for d in a.parts])

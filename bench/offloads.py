@@ -88,7 +88,7 @@ def main() -> int:
     ap.add_argument("--congestion", default="cubic")
     ap.add_argument("--json", help="write every run and the medians here")
     ap.add_argument("--append", action="store_true", help="add these runs to those already in --json")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
@@ -154,7 +154,7 @@ def main() -> int:
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         with open(a.json, "w") as f:
-            from hpnlab import provenance
+            from hpnlab.instrument import provenance
 
             # the code and machine of these runs; with --append, of the latest part (each part's in invocations)
             prov = provenance.collect()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: does the probe sender hold its requested rate? (target: within 2 % up to 20k packets/s)
 
-Two throw-away namespaces joined by one veth (no lab, no FRR), sender and receiver from hpnlab.node.probe at
+Two throw-away namespaces joined by one veth (no lab, no FRR), sender and receiver from hpnlab.node.programs.probe at
 several total rates; prints requested vs achieved rate, the worst lag behind schedule, and loss.
 Needs root. Usage: sudo .venv/bin/python bench/probe_rate.py [--seconds 5] [--rates 5000,10000,20000]
 [--json results/probe-rate/probe-rate.json] (the rows with the provenance; the shipped file is named here)
@@ -42,10 +42,10 @@ def teardown() -> None:
 
 def one(rate_total: int, flows: int, seconds: float, tmp: Path) -> dict:
     t0 = time.time() + 0.8
-    rx = subprocess.Popen(["ip", "netns", "exec", NS[1], sys.executable, "-m", "hpnlab.node.probe", "recv", "--bind",
+    rx = subprocess.Popen(["ip", "netns", "exec", NS[1], sys.executable, "-m", "hpnlab.node.programs.probe", "recv", "--bind",
                            "192.0.2.2", "--port", "9999", "--duration", str(seconds + 1.5), "--start-at", str(t0),
                            "--out", str(tmp / "rx.json")], cwd=ROOT)
-    subprocess.run(["ip", "netns", "exec", NS[0], sys.executable, "-m", "hpnlab.node.probe", "send", "--src", "192.0.2.1",
+    subprocess.run(["ip", "netns", "exec", NS[0], sys.executable, "-m", "hpnlab.node.programs.probe", "send", "--src", "192.0.2.1",
                     "--dst", "192.0.2.2", "--dport", "9999", "--flows", str(flows), "--rate",
                     str(rate_total / flows), "--duration", str(seconds), "--start-at", str(t0),
                     "--out", str(tmp / "tx.json")], cwd=ROOT, check=True)
@@ -64,7 +64,7 @@ def main() -> int:
     p.add_argument("--rates", default="2000,5000,10000,20000")
     p.add_argument("--flows", type=int, default=64)
     p.add_argument("--json", type=Path, help="write the rows to this file")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(p)
     a = p.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
@@ -83,7 +83,7 @@ def main() -> int:
         teardown()
     print(json.dumps({"probe_rate": rows}))
     if a.json:
-        from hpnlab import provenance
+        from hpnlab.instrument import provenance
 
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"provenance": provenance.collect(), "seconds": a.seconds,

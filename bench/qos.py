@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpnlab.traffic import queuerates  # noqa: E402
+from hpnlab.traffic.analysis import queuerates  # noqa: E402
 
 RATE_MBIT = 20
 DSCPS = [46, 34, 10]  # ef, af41, af11 -> queue 0, 1, 2
@@ -44,17 +44,17 @@ def one_run(queues: int, tmp: Path) -> dict:
         try:
             rcv = f"s0h{queues}"
             tor = lab.cfgs[rcv].nics[0].tors[0]
-            port = queuerates.host_ports(lab, tor, rcv)  # both bond members: see hpnlab.traffic.queuerates
+            port = queuerates.host_ports(lab, tor, rcv)  # both bond members: see hpnlab.traffic.analysis.queuerates
             ip, py = lab.host_ip(rcv), sys.executable
             senders = {}
             for k in reversed(range(queues)):  # the lowest class first: each higher one then takes its share
                 dport, d = 5300 + k, DSCPS[k]
-                procs.append(lab.spawn(rcv, [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip, "--port",
+                procs.append(lab.spawn(rcv, [py, "-m", "hpnlab.node.programs.elephant", "serve", "--bind", ip, "--port",
                                              str(dport), "--duration", "60", "--dscp", str(d),
                                              "--out", str(tmp / f"rx{k}.json")], tmp / f"rx{k}.log"))
                 time.sleep(0.3)
                 src = f"s0h{k}"
-                senders[k] = lab.spawn(src, [py, "-m", "hpnlab.node.elephant", "send", "--src", lab.host_ip(src),
+                senders[k] = lab.spawn(src, [py, "-m", "hpnlab.node.programs.elephant", "send", "--src", lab.host_ip(src),
                                              "--port", str(dport), "--flows", f"{ip}:{41000 + k}",
                                              "--size", str(400 << 20), "--duration", "50", "--dscp", str(d),
                                              "--out", str(tmp / f"tx{k}.json")], tmp / f"tx{k}.log")
@@ -93,7 +93,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--queues", type=int, default=2, choices=(2, 3))
     ap.add_argument("--json", help="write every run and the min/median/max here")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
@@ -111,7 +111,7 @@ def main() -> int:
                "top_stopped_mbit": {k: mmm([r["top_stopped"][k] for r in runs]) for k in qs}}
     print(json.dumps(summary))
     if a.json:
-        from hpnlab import provenance
+        from hpnlab.instrument import provenance
 
         out = {"what": "per-queue Mbit/s at one shaped ToR port with qos (htb), one TCP flow per class",
                "provenance": provenance.collect(), "rate_mbit": RATE_MBIT, "queues": a.queues,

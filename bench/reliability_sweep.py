@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hpnlab.orchestrate import leftovers  # noqa: E402  (what carries a lab's name)
+from hpnlab.lifecycle.orchestrate import leftovers  # noqa: E402  (what carries a lab's name)
 
 HPN = [str(Path(sys.executable).parent / "hpnlab")]  # the console script, as users run it
 LAB = "swp"
@@ -102,7 +102,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1)
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     args = ap.parse_args()
     machineload.settle_or_exit(args.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)

@@ -66,8 +66,8 @@ def kind_of(comm: str, cmdline: list[str]) -> str | None:
     if comm in ("zebra", "bgpd", "bfdd"):
         return comm
     mod = next((a for a in cmdline if a.startswith("hpnlab.node.")), None)
-    if mod in ("hpnlab.node.tor", "hpnlab.node.host", "hpnlab.node.bondhost", "hpnlab.node.fare",
-               "hpnlab.node.launcher"):
+    if mod in ("hpnlab.node.agents.tor", "hpnlab.node.agents.host", "hpnlab.node.agents.bondhost", "hpnlab.node.agents.fare",
+               "hpnlab.node.agents.launcher"):
         return "agents"
     return None
 
@@ -130,7 +130,7 @@ class Clock:
 
 
 def spec_for(nodes: int, overrides: dict):
-    from hpnlab.spec import load_spec_data, merge, parse_spec
+    from hpnlab.model.spec import load_spec_data, merge, parse_spec
 
     if nodes == 16:
         data, where = load_spec_data("default")
@@ -168,7 +168,7 @@ def bgp_counters(rt, routers: list[str]) -> dict:
 
 
 def memory(rt, cfgs: dict, base_used: int) -> dict:
-    from hpnlab import frr
+    from hpnlab.generate import frr
 
     routers: dict[str, dict[str, int]] = {}
     for pid, daemon, ns in rt.frr_daemons():
@@ -197,7 +197,7 @@ def memory(rt, cfgs: dict, base_used: int) -> dict:
 
 def timers(spec: dict) -> str:
     """The timers a rung ran with, from its spec as recorded (defaults where the spec says nothing)."""
-    from hpnlab.spec import parse_spec
+    from hpnlab.model.spec import parse_spec
 
     s = parse_spec({k: v for k, v in spec.items() if k != "name"} | {"name": "t"}, "record")
     bfd = f"BFD {s.bfd.interval_ms} ms x {s.bfd.multiplier}" if s.bfd.enabled else "BFD off"
@@ -236,7 +236,7 @@ REVERIFY_S = 20.0
 def reverify_loop(rt, cfgs, seconds: float) -> list[dict]:
     """verify (every stage, not stopping at the first failure) every REVERIFY_S while the lab idles: does a
     lab that came up verified stay so, and which checks fail when it does not (with the load average)."""
-    from hpnlab import verify
+    from hpnlab.lifecycle import verify
 
     out = []
     end = time.monotonic() + seconds
@@ -253,9 +253,10 @@ def reverify_loop(rt, cfgs, seconds: float) -> list[dict]:
 
 
 def run_rung(nodes: int, overrides: dict, timeout: float, idle: float, reverify: bool = False) -> dict:
-    from hpnlab import orchestrate, provenance, verify
-    from hpnlab.orchestrate import bring_up, tear_down
-    from hpnlab.topology import build, summary
+    from hpnlab.lifecycle import orchestrate, verify
+    from hpnlab.instrument import provenance
+    from hpnlab.lifecycle.orchestrate import bring_up, tear_down
+    from hpnlab.model.topology import build, summary
 
     spec = spec_for(nodes, overrides)
     size = summary(build(spec))
@@ -415,7 +416,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(OUT), help="directory for scale.json and plot.png")
     ap.add_argument("--plot-only", action="store_true")
     ap.add_argument("--table", action="store_true", help="print the recorded runs as a Markdown table and exit")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     if not a.table and not a.plot_only:  # quiet machine first, else exit 2 (--busy-ok: recorded busy)

@@ -150,7 +150,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "scale" / "vs-ipmininet.json"))
     ap.add_argument("--append", action="store_true", help="keep --out's runs and add these after them "
                                                           "(a ladder run in parts)")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     if not a.table:  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
@@ -178,7 +178,7 @@ def main() -> int:
         print("some zebra/bgpd already runs on this machine: IPMininet's memory is counted by daemon name; stop them",
               file=sys.stderr)
         return 2
-    from hpnlab import provenance
+    from hpnlab.instrument import provenance
 
     path = Path(a.out)
     data = {"provenance": None, "invocations": [], "runs": []}

@@ -165,7 +165,7 @@ def case_summary(runs: list[dict]) -> dict:
 
 def session_ends(spec: str) -> int:
     """BFD session ends of a spec: two per BGP session (one bfdd peer at each router)."""
-    from hpnlab import topology
+    from hpnlab.model import topology
     from hpnlab.api import resolve_spec
 
     return 2 * topology.summary(topology.build(resolve_spec(spec)))["bgp_sessions"]
@@ -217,9 +217,9 @@ def failing(checks: list[dict]) -> dict:
 
 
 def run_case(case: str, timeout: float, hold: float, settle: float, window_unhealthy: float) -> dict:
-    from hpnlab import orchestrate, verify
+    from hpnlab.lifecycle import orchestrate, verify
     from hpnlab.api import Lab, resolve_spec
-    from hpnlab.progress import Progress
+    from hpnlab.machine.progress import Progress
 
     sp = resolve_spec(str(SPEC), LAB_NAME, CASES[case])
     t0 = time.monotonic()
@@ -287,7 +287,7 @@ LEGEND = {
 def summary(doc: dict) -> str:
     """A row per run of each case, its processes' CPU by kind under it, each case's tally; the legend of every
     column last; at most 100 columns."""
-    from hpnlab.traffic import report
+    from hpnlab.traffic.output import report
 
     lines = ["The paper's segment (examples/segment-full.yml, 264 nodes, 960 BGP sessions) with LACP fast; BGP 3/9",
              "in the bgp-3-9* cases, else 1/3; BFD as each case names (bench/segment_timers.py, CASES).",
@@ -341,7 +341,7 @@ def main() -> int:
                     help="seconds of CPU measured on a lab that did not verify, before it goes (default 30)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--summary", action="store_true", help="only rewrite summary.txt from results.json")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
@@ -352,7 +352,7 @@ def main() -> int:
         if not a.case:
             ap.error("--case or --summary")
         sys.path.insert(0, str(ROOT))
-        from hpnlab import provenance
+        from hpnlab.instrument import provenance
 
         run = run_case(a.case, a.timeout, a.hold, a.settle, a.window_unhealthy)
         run["provenance"] = provenance.collect()

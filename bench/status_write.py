@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def host_agent(now: float):
     """A host agent's state as the segment's hosts have it: 8 NICs of 2 LACP ports, all collecting."""
-    from hpnlab.node import lacp
+    from hpnlab.node.agents import lacp
 
     nics = [{"rail": r, "ip": f"10.{r}.0.2", "ports": [f"r{r}p0", f"r{r}p1"], "mac": f"02:00:00:00:00:{r:02x}"}
             for r in range(8)]
@@ -44,7 +44,7 @@ def host_agent(now: float):
 
 def plain_write(path: Path, data: dict) -> None:
     """The status file as it was written before: the whole document through json.dumps every time."""
-    from hpnlab.node import agent
+    from hpnlab.node.agents import agent
 
     now = time.time()
     data = {**data, "pid": os.getpid(), "time": now, "timers_late": agent.TIMERS.report(),
@@ -61,12 +61,12 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=96, help="events of the last minute in the file (default 96, "
                     "what a segment host agent's held 20 s after its bring-up)")
     ap.add_argument("--json", type=Path, help="write the figures here, with the provenance")
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     machineload.settle_or_exit(a.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
-    from hpnlab.node import agent
-    from hpnlab.node.host import HostAgent
+    from hpnlab.node.agents import agent
+    from hpnlab.node.agents.host import HostAgent
 
     now_m, now = time.monotonic(), time.time()
     fake = host_agent(now_m)
@@ -104,7 +104,7 @@ def main() -> int:
     print(f"  StatusFile / plain: x{res['ratio_median']} (medians); the same document: {same}")
     if a.json:
         sys.path.insert(0, str(ROOT))
-        from hpnlab import provenance
+        from hpnlab.instrument import provenance
 
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({**res, "provenance": provenance.collect()}, indent=1) + "\n")

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from hpnlab.traffic import dilationfit
+from hpnlab.traffic.analysis import dilationfit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"time_dilation_fit: {args.dir / 'results.json'}: {e}", file=sys.stderr)
         return 2
     analysis = dilationfit.analyse(results)
-    from hpnlab import provenance
+    from hpnlab.instrument import provenance
 
     # the fitting code's commit, and the run's it was fitted from (every JSON under results/ says what made it)
     analysis["provenance"] = {**provenance.code(), "dirty_paths": provenance.dirty_paths(),

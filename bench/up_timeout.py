@@ -69,11 +69,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--segment", action="store_true", help="also the paper's segment (minutes)")
     ap.add_argument("--out", type=Path)
-    from hpnlab import machineload  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     args = ap.parse_args()
     machineload.settle_or_exit(args.busy_ok)  # quiet machine first, else exit 2 (--busy-ok: recorded busy)
-    from hpnlab import provenance
+    from hpnlab.instrument import provenance
 
     rows = []
     with tempfile.TemporaryDirectory() as d:

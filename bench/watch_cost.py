@@ -236,7 +236,7 @@ LEGEND = {
 
 
 def summary(rec: dict) -> str:
-    from hpnlab.traffic import report
+    from hpnlab.traffic.output import report
 
     lines = ["The live view's cost (bench/watch_cost.py): the server's own CPU, % of one core",
              f"  {'nodes':>5}  {'no page':>8}  {'one page':>8}  window  load"]
@@ -270,7 +270,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, help="override the experiment's duration (seconds)")
     ap.add_argument("--no-experiment", action="store_true", help="only the server's CPU")
     ap.add_argument("--out", default=str(OUT), help="directory for results.json and summary.txt")
-    from hpnlab import machineload, provenance  # noqa: E402  (the quiet-machine check)
+    from hpnlab.instrument import machineload, provenance  # noqa: E402  (the quiet-machine check)
     machineload.add_argument(ap)
     a = ap.parse_args()
     if os.geteuid() != 0:

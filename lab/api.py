@@ -9,7 +9,7 @@
                 lab.wait_for(lambda: "10.0.0.2/32" not in lab.routes("agg0-0"), timeout=5)
         p.result.assert_disruption(max_gap_ms=300, allowed_disruptions=1)
 
-Every call goes through hpnlab.orchestrate and the runtime interface, exactly as the CLI does, so
+Every call goes through hpnlab.lifecycle.orchestrate and the runtime interface, exactly as the CLI does, so
 what a test sees is what ``hpnlab up`` / ``hpnlab fail`` / ``hpnlab run`` do.
 """
 
@@ -25,18 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from hpnlab import lateness, nodesetup, orchestrate, verify
+from hpnlab.instrument import lateness
+from hpnlab.lifecycle import orchestrate, verify
+from hpnlab.machine import nodesetup
 from hpnlab.errors import RuntimeFailure, SpecError
-from hpnlab.models import NodeConfig
-from hpnlab.proc import kill_pids, run
-from hpnlab.progress import Progress, Report
+from hpnlab.model.models import NodeConfig
+from hpnlab.machine.proc import kill_pids, run
+from hpnlab.machine.progress import Progress, Report
 from hpnlab.runtime.base import Runtime
-from hpnlab.signals import shielded
-from hpnlab.spec import Spec, check_lab_name, load_spec_data, merge, parse_spec
-from hpnlab.traffic import faults as faultmod, measure
+from hpnlab.machine.signals import shielded
+from hpnlab.model.spec import Spec, check_lab_name, load_spec_data, merge, parse_spec
+from hpnlab.traffic import faults as faultmod
+from hpnlab.traffic.analysis import measure
 
 if TYPE_CHECKING:
-    from hpnlab.traffic import runjobs
+    from hpnlab.traffic.run import runjobs
 
 
 class Unhealthy(RuntimeFailure, AssertionError):
@@ -45,7 +48,7 @@ class Unhealthy(RuntimeFailure, AssertionError):
 
 class EmulatorLate(AssertionError):
     """``assert_disruption(require_unflagged=True)``: the figure was measured while the emulator itself was
-    late by a material part of it (hpnlab.lateness); the machine, not the fabric, failed the check.
+    late by a material part of it (hpnlab.instrument.lateness); the machine, not the fabric, failed the check.
     ``Lab.measure`` retries on it."""
 
 
@@ -224,7 +227,7 @@ class Lab:
            progress: bool | Report = False) -> "Lab":
         """Bring a lab up and wait until every verify check passes; anything else rolls it back and
         raises (``Unhealthy`` names the failing check). ``progress=True`` prints the steps on stderr; a
-        ``hpnlab.progress.Progress`` or any ``callable(str)`` receives them."""
+        ``hpnlab.machine.progress.Progress`` or any ``callable(str)`` receives them."""
         sp = resolve_spec(spec, name, overrides)
         orchestrate.need_root("hpnlab.Lab.up")
         prog = progress if callable(progress) else Progress(quiet=not progress)
@@ -422,11 +425,11 @@ class Lab:
         crux-paths-only, reversed): each job a dict (or ``hpnlab.traffic.workloads.jobs.Job``) with the
         experiment file's job keys (name, hosts, collective, size_kb, compute_ms, iterations, connections, k,
         rail or rails). Probes the jobs' path map, assigns classes and paths, runs every rank until each job has done
-        its ``iterations`` (else for ``duration_s``) and returns a ``hpnlab.traffic.runjobs.JobsResult``:
+        its ``iterations`` (else for ``duration_s``) and returns a ``hpnlab.traffic.run.runjobs.JobsResult``:
         per job (``.jobs[name]``) iterations, iteration and exposed-communication times, GPU utilisation,
         intensity, level, DSCP, ports and paths; ``cluster_gpu_util`` weighted by ranks. Bad input: the
         experiment file's one-line error naming the key (SpecError), before anything runs."""
-        from hpnlab.traffic import runjobs
+        from hpnlab.traffic.run import runjobs
         from hpnlab.traffic.workloads.base import CONGESTION_DEFAULT
 
         return runjobs.run(self, jobs, policy, duration_s, queues, pool, rail, congestion or CONGESTION_DEFAULT,
@@ -494,21 +497,21 @@ class Lab:
     def impair(self, node: str, iface: str, **settings: str) -> dict:
         """Change one link end, e.g. ``lab.impair("s0r0a", "h0p0", rate="5mbit", loss="1")``; what is in
         force is returned. ``clear_impairments()`` (or ``down``) undoes it."""
-        from hpnlab.traffic import impair
+        from hpnlab.traffic.run import impair
 
         return impair.apply(self.runtime, self.cfgs, node, iface,
                             impair.parse([f"{k}={v}" for k, v in settings.items()]))
 
     def prober(self, **settings) -> "Any":
-        """The black-box prober (hpnlab.traffic.prober.Prober) for this lab, not yet started: ``with
+        """The black-box prober (hpnlab.traffic.run.prober.Prober) for this lab, not yet started: ``with
         lab.prober(rate=50) as p:`` plans its paths, probes, and judges until the block ends; ``p.events``
         (suspected/confirmed links, timestamped), ``p.health()``, ``p.report()`` (rate, CPU)."""
-        from hpnlab.traffic.prober import Prober
+        from hpnlab.traffic.run.prober import Prober
 
         return Prober(self.runtime, self.cfgs, self.workdir, **settings)
 
     def clear_impairments(self, node: str | None = None, iface: str | None = None) -> list[str]:
-        from hpnlab.traffic import impair
+        from hpnlab.traffic.run import impair
 
         return impair.clear(self.runtime, self.cfgs, node, iface)
 
@@ -516,7 +519,7 @@ class Lab:
         """Per destination subnet of a ToR (the other sets of its rail): its kernel's nexthop weights, their
         shares, and the shares FARE prescribes for the capacities in force (multipath fare; on an ECMP lab
         with shaped uplinks: what FARE would give, beside the equal weights it has)."""
-        from hpnlab import fare
+        from hpnlab.lifecycle import fare
 
         if self._cfg(tor).role != "tor":
             raise SpecError(f"weights: '{tor}' is a {self.role(tor)}; give a ToR")

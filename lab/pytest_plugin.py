@@ -97,7 +97,7 @@ def hpnlab_lab(request):
     except RuntimeFailure as e:
         _skip(f"hpnlab {runtime} runtime not usable here: {e}")
     if cls.shares_kernel:
-        from hpnlab import kernel
+        from hpnlab.machine import kernel
 
         refusal = kernel.assess(sp).refusal
         if refusal:  # e.g. hash.seed per-switch on a kernel older than 6.11: the lab would not be that fabric
@@ -125,7 +125,7 @@ def _hpnlab_per_test(request):
         yield
         return
     lab = request.getfixturevalue("hpnlab_lab")
-    from hpnlab.traffic.nodetools import Capture
+    from hpnlab.traffic.run.nodetools import Capture
 
     probes_before = len(lab._probe_runs)
     caps = []

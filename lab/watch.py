@@ -1,11 +1,11 @@
-"""``hpnlab watch``: a running lab as a live web page. The fabric's picture (hpnlab.picture) with every
+"""``hpnlab watch``: a running lab as a live web page. The fabric's picture (hpnlab.generate.picture) with every
 link and node coloured by its state, each node's daemons, sessions, LACP members and host /32s, a list of
 what changed and when, and, while an experiment runs on the lab, each probe stream's delivery and the
 workload's iterations with the fault windows.
 
-One poll a second (hpnlab.fabricstate.Poller, the state `hpnlab status` and verify read) feeds every
+One poll a second (hpnlab.lifecycle.fabricstate.Poller, the state `hpnlab status` and verify read) feeds every
 open page over server-sent events: the whole state when a page connects, then only what changed. The
-experiment's progress comes from the runner's live.jsonl (hpnlab.traffic.live). The server is aiohttp;
+experiment's progress comes from the runner's live.jsonl (hpnlab.traffic.run.live). The server is aiohttp;
 the page's charts are uPlot, served from the package (hpnlab.web): nothing is fetched from elsewhere."""
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ import time
 from collections import deque
 from importlib import resources
 
-from hpnlab import orchestrate, topology, web
+from hpnlab import web
+from hpnlab.lifecycle import orchestrate
+from hpnlab.model import topology
 from hpnlab.errors import SpecError
-from hpnlab.fabricstate import LINK_STATES, Poller
-from hpnlab.picture import fabric_svg
+from hpnlab.lifecycle.fabricstate import LINK_STATES, Poller
+from hpnlab.generate.picture import fabric_svg
 from hpnlab.runtime.base import Runtime
-from hpnlab.spec import parse_spec
-from hpnlab.traffic import live
+from hpnlab.model.spec import parse_spec
+from hpnlab.traffic.run import live
 
 PERIOD_S = 1.0
 EVENTS_KEPT = 400

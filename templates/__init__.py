@@ -1,1 +1,1 @@
-"""Data shipped with hpnlab (found by hpnlab.paths), not code."""
+"""Data shipped with hpnlab (found by hpnlab.model.paths), not code."""

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # The suite's runs check function, not figures, and the suite itself keeps the machine busy: `hpnlab run`
-# and the benches it starts go on at once (hpnlab.machineload), recorded as busy. The tests of that check
+# and the benches it starts go on at once (hpnlab.instrument.machineload), recorded as busy. The tests of that check
 # take the variable out themselves.
 os.environ.setdefault("HPNLAB_BUSY_OK", "1")
 SHARED = ROOT.parent / "shared"

@@ -45,7 +45,7 @@ def test_a_hung_tor_leaves_the_hosts_aggregates_in_micro_bfd_time(lab):
 
 
 def test_verify_reports_a_member_whose_micro_bfd_is_down(lab):
-    from hpnlab.verify import check_lacp
+    from hpnlab.lifecycle.verify import check_lacp
 
     with lab.fault("one-way", node="s0r0a", iface="h0p0"):  # the ToR's packets to s0h0 port 0 are lost
         lab.wait_for(lambda: any(not c["ok"] for c in check_lacp(lab.runtime, lab.cfgs)), timeout=5)
@@ -92,7 +92,7 @@ def test_a_hung_tor_that_resumes_causes_no_second_outage(lab):
 
 
 def test_verify_reports_a_held_tor(lab):
-    from hpnlab.verify import check_agents
+    from hpnlab.lifecycle.verify import check_agents
 
     with lab.fault("power-off", node="s0r0a"):
         lab.wait_for(lambda: _status(lab, "s0r0a")["holddown"]["held"] or None, timeout=5)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.node import microbfd
-from hpnlab.spec import parse_spec
-from hpnlab.traffic.experiment import node_configs
+from hpnlab.node.agents import microbfd
+from hpnlab.model.spec import parse_spec
+from hpnlab.traffic.run.experiment import node_configs
 
 
 def test_control_packet_and_frame_decode_with_scapy():
@@ -106,7 +106,7 @@ def test_options_reach_the_agents_node_json():
 
 
 def test_hold_down_is_bounded_and_ends_with_the_routes():
-    from hpnlab.node.tor import HoldDown
+    from hpnlab.node.agents.tor import HoldDown
 
     h = HoldDown(True, 5.0)
     assert h.update(0.0, ["10.0.2.0/24"]) and h.held
@@ -121,7 +121,7 @@ def test_hold_down_is_bounded_and_ends_with_the_routes():
 
 def test_a_resumed_tor_is_held_until_its_stale_routes_are_withdrawn_and_relearnt():
     """The hung ToR that resumes: its routes are all there at the resume, but stale."""
-    from hpnlab.node.tor import HoldDown
+    from hpnlab.node.agents.tor import HoldDown
 
     net = "10.0.2.0/24"
     h = HoldDown(True, 20.0)
@@ -142,7 +142,7 @@ def test_a_resumed_tor_is_held_until_its_stale_routes_are_withdrawn_and_relearnt
 def test_a_resumed_tor_is_held_until_it_can_deliver_to_its_hosts_again():
     """The paper's segment: a rail's hosts all sit under one set, so no fabric route is involved; the ToR's
     neighbour entries failed while it was stopped, and with them the host routes made from them."""
-    from hpnlab.node.tor import HoldDown
+    from hpnlab.node.agents.tor import HoldDown
 
     h = HoldDown(True, 20.0)
     h.resumed(10.0, 12.0, expect_withdraw=False, missing=[])
@@ -158,7 +158,7 @@ def test_a_resumed_tor_is_held_until_it_can_deliver_to_its_hosts_again():
 
 
 def test_a_resumed_tors_hosts_wait_for_its_fabric_routes_first():
-    from hpnlab.node.tor import HoldDown
+    from hpnlab.node.agents.tor import HoldDown
 
     net = "10.0.2.0/24"
     h = HoldDown(True, 20.0)
@@ -171,7 +171,7 @@ def test_a_resumed_tors_hosts_wait_for_its_fabric_routes_first():
 
 
 def test_a_resume_the_sessions_outlived_is_held_only_for_the_grace_or_not_at_all():
-    from hpnlab.node.tor import RESUME_GRACE_S, HoldDown
+    from hpnlab.node.agents.tor import RESUME_GRACE_S, HoldDown
 
     h = HoldDown(True, 20.0)
     h.resumed(0.0, 0.5, expect_withdraw=True, missing=[])  # expected a withdrawal that never comes
@@ -187,7 +187,7 @@ def test_a_resume_the_sessions_outlived_is_held_only_for_the_grace_or_not_at_all
 
 
 def test_a_resume_hold_is_bounded_and_off_when_the_hold_down_is():
-    from hpnlab.node.tor import HoldDown
+    from hpnlab.node.agents.tor import HoldDown
 
     h = HoldDown(True, 2.0)
     h.resumed(0.0, 3.0, expect_withdraw=True, missing=["10.0.2.0/24"])  # withdrawn, never relearnt

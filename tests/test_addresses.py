@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from hpnlab import addresses
-from hpnlab.spec import load_spec
-from hpnlab.traffic.experiment import node_configs
+from hpnlab.model import addresses
+from hpnlab.model.spec import load_spec
+from hpnlab.traffic.run.experiment import node_configs
 
 
 def test_every_host_address_lies_in_its_sets_subnet_and_each_set_is_listed_once():

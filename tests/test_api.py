@@ -11,7 +11,7 @@ import pytest
 from hpnlab.api import EmulatorLate, Lab, ProbeResult, probe_result, resolve_spec
 from hpnlab.errors import SpecError
 from hpnlab.pytest_plugin import lab_name
-from hpnlab.spec import NAME_RE
+from hpnlab.model.spec import NAME_RE
 
 pytestmark = pytest.mark.hpnlab(spec="default", name="api", overrides={"tier2": "clos"})
 NS = 1_000_000_000

@@ -34,7 +34,7 @@ def _arp_requests_from(lab, tor: str, iface: str, ip: str, seconds: float) -> in
 
 
 def test_a_hosts_arps_reach_only_the_tor_on_its_first_port(lab):
-    """The host agent re-announces itself every second (hpnlab.node.host.ARP_REFRESH): over 3.5 s ToR a
+    """The host agent re-announces itself every second (hpnlab.node.agents.host.ARP_REFRESH): over 3.5 s ToR a
     hears at least two of s1h1's ARPs, ToR b none (with the module on, both hear them: the default lab's
     verify checks that every ToR has every host's /32)."""
     host = "s1h1"

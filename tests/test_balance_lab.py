@@ -27,7 +27,7 @@ def lab(hpnlab_lab):
 
 @pytest.fixture(scope="module")
 def pathmap(lab):
-    from hpnlab.traffic import balance
+    from hpnlab.traffic.run import balance
 
     return balance.probe_map(lab.runtime, lab.cfgs, 0, 16, 5300, "tcp")
 
@@ -42,7 +42,7 @@ def test_capacity_and_hash_are_in_the_kernel_and_verify_checks_them(lab):
     assert len({seeds[n] for n in lab.routers}) == 1
     assert len({seeds[n] for n in lab.hosts}) == len(lab.hosts)
     # verify notices a switch whose seed is not the spec's, and a link end whose tbf is gone
-    from hpnlab.verify import check_config
+    from hpnlab.lifecycle.verify import check_config
 
     lab.exec("agg0-1", "sysctl", "-q", "-w", "net.ipv4.fib_multipath_hash_seed=7", check=True)
     lab.exec("s1r0b", "tc", "qdisc", "del", "dev", "h2p1", "root", check=True)
@@ -58,7 +58,7 @@ def test_capacity_and_hash_are_in_the_kernel_and_verify_checks_them(lab):
 
 
 def test_path_map_reaches_the_far_tor_and_dual_plane_keeps_each_flow_in_its_plane(lab, pathmap):
-    from hpnlab.traffic import balance
+    from hpnlab.traffic.run import balance
 
     rows = balance.complete(pathmap)
     assert len(rows) >= 0.95 * len(pathmap)  # every hop of (almost) every probe answered
@@ -76,7 +76,7 @@ def test_path_map_reaches_the_far_tor_and_dual_plane_keeps_each_flow_in_its_plan
 
 
 def test_disjoint_selection_evens_the_downlinks_on_the_map(lab, pathmap):
-    from hpnlab.traffic import balance
+    from hpnlab.traffic.run import balance
 
     hashed = balance.analyse(pathmap, lab.cfgs, sets=50, select="hash")
     disjoint = balance.analyse(pathmap, lab.cfgs, sets=50, select="disjoint")
@@ -86,7 +86,7 @@ def test_disjoint_selection_evens_the_downlinks_on_the_map(lab, pathmap):
 
 def test_link_capacity_limits_a_flow_and_the_queue_shows_in_the_counters(lab, pathmap, tmp_path):
     """Two hosts send 4 flows each into one NIC's port: 40 Mbit/s offered to a 20 Mbit/s ToR port."""
-    from hpnlab.traffic import balance
+    from hpnlab.traffic.run import balance
 
     by = balance.index(pathmap)
     dst = "s1h0"
@@ -98,7 +98,7 @@ def test_link_capacity_limits_a_flow_and_the_queue_shows_in_the_counters(lab, pa
     ip = {h: lab.host_ip(h) for h in ("s0h0", "s0h1", dst)}
     size = 2 * 1024 * 1024
     py = sys.executable
-    procs = [subprocess.Popen(lab.runtime.exec_argv(dst, [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[dst],
+    procs = [subprocess.Popen(lab.runtime.exec_argv(dst, [py, "-m", "hpnlab.node.programs.elephant", "serve", "--bind", ip[dst],
                                                          "--duration", "15", "--out", str(tmp_path / "rx.json")]))]
     stats = subprocess.Popen(lab.runtime.exec_argv("s1r0a", [py, "-m", "hpnlab.node.linkstats", "--ifaces", "h0p0",
                                                              "--interval", "0.05", "--duration", "8",
@@ -106,7 +106,7 @@ def test_link_capacity_limits_a_flow_and_the_queue_shows_in_the_counters(lab, pa
     for src in ("s0h0", "s0h1"):
         mine = ",".join(f"{ip[dst]}:{r['sport']}" for r in flows if r["src"] == src)
         procs.append(subprocess.Popen(lab.runtime.exec_argv(src, [
-            py, "-m", "hpnlab.node.elephant", "send", "--src", ip[src], "--flows", mine, "--size", str(size),
+            py, "-m", "hpnlab.node.programs.elephant", "send", "--src", ip[src], "--flows", mine, "--size", str(size),
             "--duration", "14", "--start-at", f"{t0:.3f}", "--out", str(tmp_path / f"tx-{src}.json")])))
     for p in procs[1:]:
         assert p.wait(timeout=30) == 0
@@ -129,7 +129,7 @@ def test_impair_changes_one_link_and_clear_restores_the_spec(lab):
     qd = json.loads(lab.exec("s0r0a", "tc", "-j", "qdisc", "show", "dev", "h0p0", check=True).stdout)
     assert qd[0]["options"]["rate"] * 8 == 5_000_000
     assert "hpnlab_impair_h0p0" in lab.exec("s0r0a", "nft", "list", "tables", check=True).stdout
-    from hpnlab.orchestrate import open_lab
+    from hpnlab.lifecycle.orchestrate import open_lab
 
     assert "s0r0a:h0p0" in open_lab(LAB)[0].state.data.impairments  # recorded for --clear / a crash
     r = hpnlab("impair", "s0r0a", "h0p0", "delay=10ms", "--lab", LAB, check=False)
@@ -157,7 +157,7 @@ def test_impair_bad_input_is_one_line_exit_2(lab, args, field):
 
 def test_after_an_uplink_fails_only_that_tors_flows_are_probed_again(lab, pathmap):
     """Disjoint selection recomputed after a failure: the ToR's ECMP group changed, nothing else did."""
-    from hpnlab.traffic import balance
+    from hpnlab.traffic.run import balance
 
     with lab.fault("link-down", "s0r0a", "agg0-0"):
         lab.wait_for(lambda: "10.0.0.0/24" not in lab.routes("agg0-0") or None, timeout=10)

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from hpnlab import capacity
+from hpnlab.model import capacity
 from hpnlab.errors import SpecError
-from hpnlab.spec import parse_spec
-from hpnlab.traffic import balance, impair
-from hpnlab.traffic.experiment import node_configs
+from hpnlab.model.spec import parse_spec
+from hpnlab.traffic.run import balance, impair
+from hpnlab.traffic.run.experiment import node_configs
 
 
 def _cfgs(**over):
@@ -159,12 +159,12 @@ def _free_port() -> int:
 @pytest.mark.parametrize("select", ["hash", "disjoint"])
 def test_elephant_delivers_every_byte_on_loopback(tmp_path, select):
     port = _free_port()
-    srv = subprocess.Popen([sys.executable, "-m", "hpnlab.node.elephant", "serve", "--bind", "127.0.0.1",
+    srv = subprocess.Popen([sys.executable, "-m", "hpnlab.node.programs.elephant", "serve", "--bind", "127.0.0.1",
                             "--port", str(port), "--duration", "20", "--out", str(tmp_path / "rx.json")])
     time.sleep(0.5)
     base = _free_port()
     flows = ",".join(f"127.0.0.1:{base + i}" for i in range(3))
-    r = subprocess.run([sys.executable, "-m", "hpnlab.node.elephant", "send", "--src", "127.0.0.1", "--port", str(port),
+    r = subprocess.run([sys.executable, "-m", "hpnlab.node.programs.elephant", "send", "--src", "127.0.0.1", "--port", str(port),
                         "--flows", flows, "--size", str(1 << 20), "--select", select, "--duration", "15",
                         "--out", str(tmp_path / "tx.json")], timeout=30)
     srv.terminate()
@@ -185,7 +185,7 @@ def test_a_stopped_elephant_sender_stops_waiting_for_room_in_its_socket():
     import threading
     from types import SimpleNamespace
 
-    from hpnlab.node import elephant
+    from hpnlab.node.programs import elephant
 
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read: it fills
@@ -269,7 +269,8 @@ def test_spread_uses_unanswered_hops_only_by_their_first_hop_and_refuses_too_sma
 def test_allreduce_placement_disjoint_binds_each_ranks_connections_to_ports_on_both_planes(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from hpnlab.traffic import experiment, nodetools, workloads
+    from hpnlab.traffic import workloads
+    from hpnlab.traffic.run import experiment, nodetools
     from hpnlab.traffic.workloads import allreduce
 
     exp = experiment.load(experiment.find("link-failure"), ["dual-tor"], 1, None)

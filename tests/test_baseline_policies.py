@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from hpnlab.traffic import crux, policies
+from hpnlab.traffic import policies
+import hpnlab.traffic.policies.arithmetic as crux
 from hpnlab.traffic.policies import cassini, sincronia
 from hpnlab.traffic.policies.base import Inputs
 from hpnlab.traffic.workloads import jobs as jobsmod
@@ -88,7 +89,7 @@ def test_cassini_policy_is_one_class_on_the_hash_paths_with_a_shift_per_job():
 def _plan(tmp_path, policy):
     from pathlib import Path
 
-    from hpnlab.traffic import experiment
+    from hpnlab.traffic.run import experiment
 
     repo = Path(__file__).resolve().parents[1]
     p = tmp_path / "x.yml"

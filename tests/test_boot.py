@@ -1,4 +1,4 @@
-"""A node's boot (hpnlab.node.boot) against containerlab's order of making a link end: created in the root
+"""A node's boot (hpnlab.node.agents.boot) against containerlab's order of making a link end: created in the root
 namespace under a random name, moved into the node, renamed, given its MAC, set up (containerlab v0.79.0
 links/link_veth.go, links/link.go SetNameMACAndUpInterface). Boot must not start on an interface before
 containerlab's last step: enslaving a port to a bond before containerlab's "set up" fails."""
@@ -26,7 +26,7 @@ def ip(*argv: str) -> None:
 def test_boot_waits_until_containerlab_has_set_each_interface_up(tmp_path):
     _need_lab_machine()
     cfg = {"name": "n1", "interfaces": [{"name": "h0p0", "mac": "02:00:00:be:00:01"}]}
-    waiter = ("import json, sys, time\nfrom pathlib import Path\nfrom hpnlab.node.boot import Boot\n"
+    waiter = ("import json, sys, time\nfrom pathlib import Path\nfrom hpnlab.node.agents.boot import Boot\n"
               "b = Boot(json.loads(sys.argv[1]), run=Path(sys.argv[2]))\nb.wait_interfaces()\n"
               "print(time.time(), Path('/sys/class/net/h0p0/address').read_text().strip())\n")
     subprocess.run(["ip", "netns", "del", NS], capture_output=True)
@@ -64,7 +64,7 @@ def test_a_sysctl_the_kernel_lacks_is_left_out_and_reported_not_fatal(tmp_path):
     missing = "net.ipv4.hpnlab_test_no_such_key"
     cfg = {"name": "n1", "role": "agg", "interfaces": [],
            "sysctls": {"net.ipv4.ip_forward": 1, missing: 7}}
-    code = ("import json, sys\nfrom pathlib import Path\nfrom hpnlab.node import plan\nfrom hpnlab.node.boot import Boot\n"
+    code = ("import json, sys\nfrom pathlib import Path\nfrom hpnlab.node import plan\nfrom hpnlab.node.agents.boot import Boot\n"
             f"plan.OPTIONAL_SYSCTLS = {{**plan.OPTIONAL_SYSCTLS, {missing!r}: 'test'}}\n"
             "b = Boot(json.loads(sys.argv[1]), run=Path(sys.argv[2]))\nb.sysctls()\n"
             "print(open('/proc/sys/net/ipv4/ip_forward').read().strip())\n")
@@ -84,7 +84,7 @@ def test_a_container_caps_gso_on_the_links_containerlab_made(tmp_path):
     _need_lab_machine()
     cfg = {"name": "n1", "role": "agg", "router_id": "10.255.0.9", "sysctls": {}, "fabric_ifaces": ["s0r0a"],
            "interfaces": [{"name": "s0r0a", "mac": "02:00:00:be:00:02"}]}
-    code = ("import json, sys\nfrom pathlib import Path\nfrom hpnlab.node.boot import Boot\n"
+    code = ("import json, sys\nfrom pathlib import Path\nfrom hpnlab.node.agents.boot import Boot\n"
             "b = Boot(json.loads(sys.argv[1]), run=Path(sys.argv[2]))\nb.set_macs()\nb.configure('userspace')\n")
     subprocess.run(["ip", "netns", "del", NS], capture_output=True)
     ip("netns", "add", NS)

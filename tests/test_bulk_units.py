@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from hpnlab.spec import parse_spec
-from hpnlab.traffic import bulk
-from hpnlab.traffic.experiment import node_configs
+from hpnlab.model.spec import parse_spec
+from hpnlab.traffic.run import bulk
+from hpnlab.traffic.run.experiment import node_configs
 
 
 def _plan(access: str) -> SimpleNamespace:

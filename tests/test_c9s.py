@@ -15,10 +15,11 @@ import jsonschema
 import pytest
 import yaml
 
-from hpnlab import c9s, render, topology
+from hpnlab.generate import c9s, render
+from hpnlab.model import topology
 from hpnlab.cli import main
 from hpnlab.errors import SpecError
-from hpnlab.spec import load_spec, parse_spec
+from hpnlab.model.spec import load_spec, parse_spec
 from tests.conftest import EXAMPLES, ROOT, SHARED, _skip
 
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

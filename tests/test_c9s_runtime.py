@@ -77,12 +77,12 @@ def test_a_fault_reaches_the_node_it_names(lab, kube):
 
 
 def test_a_probe_and_a_capture_run_in_the_node(lab, kube, tmp_path):
-    from hpnlab.traffic import nodetools
+    from hpnlab.traffic.run import nodetools
 
     rt, log = kube
     res = nodetools.paths(rt, lab.cfgs, "s0h0", "s1h0", sports=list(range(20000, 20012)))
     assert {r["tor"] for r in res["paths"]} <= {"s0r0a", "s0r0b"} and all(r["agg"] != "?" for r in res["paths"])
-    assert any("hpnlab.node.craft" in c for c in _calls(log))  # python3 -m ... in the pod
+    assert any("hpnlab.node.programs.craft" in c for c in _calls(log))  # python3 -m ... in the pod
     cap = nodetools.Capture(rt, lab.cfgs, "s0r0a", "h0p0", tmp_path / "lacp.pcap", filter="ether proto 0x8809")
     time.sleep(2.5)  # LACPDUs each second
     pcap = cap.stop()

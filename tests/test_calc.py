@@ -1,7 +1,7 @@
 """The sizing model reproduces the paper's Table 2 and Table 1 from switch parameters."""
 
-from hpnlab import calc
-from hpnlab.spec import load_spec
+from hpnlab.model import calc
+from hpnlab.model.spec import load_spec
 from tests.conftest import EXAMPLES
 
 

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from hpnlab.errors import RuntimeFailure
-from hpnlab.render import IMAGES, render
+from hpnlab.generate.render import IMAGES, render
 from hpnlab.runtime import clab
-from hpnlab.spec import load_spec
-from hpnlab.topology import build
+from hpnlab.model.spec import load_spec
+from hpnlab.model.topology import build
 from tests.conftest import ROOT
 
 ROW = {"lab_name": "hpn", "name": "clab-hpn-s0r0a", "container_id": "82e9aa3c7e6b", "image": IMAGES["router"],
@@ -71,7 +71,7 @@ def test_runtime_argv_goes_through_container_netns_and_docker_exec(tmp_path, mon
 
 
 def test_generated_binds_match_where_the_runtime_reads_agent_status():
-    from hpnlab.node import boot
+    from hpnlab.node.agents import boot
 
     topo = build(load_spec())
     doc = yaml.safe_load(render(topo)[f"{topo.name}.clab.yml"])
@@ -90,7 +90,7 @@ def test_generated_binds_match_where_the_runtime_reads_agent_status():
 
 # --- images ------------------------------------------------------------------------------------------------
 def test_image_build_and_base_commands():
-    from hpnlab import containers as images
+    from hpnlab.runtime import containers as images
 
     argv = images.build_argv("router", "hpnlab/base:bookworm")
     assert argv[:4] == ["docker", "build", "-t", IMAGES["router"]]
@@ -247,7 +247,7 @@ def test_same_named_containerlab_lab_is_never_adopted(fake):
 
 def _fake_running_lab(fake) -> Path:
     """A lab state as a clab deploy leaves it, without containers (for status/down paths)."""
-    from hpnlab import render as rnd
+    from hpnlab.generate import render as rnd
 
     cfg = fake.state / "fk" / "config"
     rnd.write(rnd.render(build(load_spec(fake.spec))), cfg)

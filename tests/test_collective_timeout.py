@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from hpnlab.node.allreduce import Watchdog
-from hpnlab.traffic import report
+from hpnlab.node.programs.allreduce import Watchdog
+from hpnlab.traffic.output import report
 from hpnlab.traffic.workloads import allreduce
 
 RANKS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]  # loopback answers every 127/8 address, no root needed
@@ -42,7 +42,7 @@ def _ring(tmp_path: Path, duration: float, stop_after: float, stop_for: float, t
     port, start = _free_port(), time.time() + 4  # slack for three interpreters to start on a busy machine
     procs = []
     for rank in range(len(RANKS)):
-        argv = [sys.executable, "-m", "hpnlab.node.allreduce", "--rank", str(rank), "--addrs", ",".join(RANKS),
+        argv = [sys.executable, "-m", "hpnlab.node.programs.allreduce", "--rank", str(rank), "--addrs", ",".join(RANKS),
                 "--port", str(port), "--size", str(256 * 1024), "--conns", "2", "--duration", f"{duration:g}",
                 "--start-at", f"{start:.3f}", "--out", str(tmp_path / f"r{rank}.json")]
         procs.append(subprocess.Popen(argv + (["--timeout", f"{timeout:g}"] if timeout else [])))

@@ -1,6 +1,6 @@
 """The command workload without a lab: its argv template per rank, its validation (one line naming the
 field), the per-iteration parser, how a rank's end is classified, and the node-side wrapper
-(hpnlab.node.command) running real programs on this machine: stopped at its time, SIGKILL for one that
+(hpnlab.node.programs.command) running real programs on this machine: stopped at its time, SIGKILL for one that
 ignores SIGTERM, its process group's stragglers gone, a crash kept as a result."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import experiment, workloads
+from hpnlab.traffic import workloads
+from hpnlab.traffic.run import experiment
 from hpnlab.traffic.workloads import command
 
 ARGV = ["{python}", "job.py", "--rank={rank}", "--world", "{world}", "--master", "{master}:{port}", "--if",
@@ -206,7 +207,7 @@ def test_aggregate_counts_stalls_and_crashes_and_summary_names_the_rank():
 def _wrap(tmp_path: Path, prog: list[str], start_in: float, stop_in: float, grace: float = 1.0, env=()) -> dict:
     now = time.time()
     out = tmp_path / "r.json"
-    subprocess.run([sys.executable, "-m", "hpnlab.node.command", "--rank", "0", "--start-at", f"{now + start_in:.3f}",
+    subprocess.run([sys.executable, "-m", "hpnlab.node.programs.command", "--rank", "0", "--start-at", f"{now + start_in:.3f}",
                     "--stop-at", f"{now + stop_in:.3f}", "--grace", str(grace), "--stdout", str(tmp_path / "r.out"),
                     "--stderr", str(tmp_path / "r.err"), "--out", str(out), *(f"--env={e}" for e in env), "--", *prog],
                    check=True, timeout=60)

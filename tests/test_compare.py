@@ -15,7 +15,7 @@ import pytest
 
 from hpnlab.cli import main
 from hpnlab.errors import SpecError
-from hpnlab.traffic import compare
+from hpnlab.traffic.analysis import compare
 from tests.conftest import ROOT
 
 FAULT = "link-down s0h0:r0p0"

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hpnlab import kernel
+from hpnlab.machine import kernel
 from hpnlab.errors import SpecError
-from hpnlab.traffic import experiment, runner, workloads
+from hpnlab.traffic import runner, workloads
+from hpnlab.traffic.run import experiment
 from hpnlab.traffic.workloads.base import congestion_of
 from tests.conftest import ROOT
 
@@ -54,7 +55,7 @@ def test_elephant_senders_and_receivers_get_it(tmp_path):
 
 
 def test_the_node_programs_take_the_option():
-    from hpnlab.node import allreduce, elephant
+    from hpnlab.node.programs import allreduce, elephant
 
     for mod in (allreduce, elephant):
         with pytest.raises(SystemExit):
@@ -114,7 +115,7 @@ def test_the_runner_refuses_before_any_lab_with_exit_2(tmp_path, monkeypatch):
 
 
 def test_a_socket_gets_it_or_the_program_exits_saying_why():
-    from hpnlab.node import tcpcc
+    from hpnlab.node.programs import tcpcc
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         assert tcpcc.use(s, "reno") == "reno" == tcpcc.of(s)  # reno is in every kernel's allowed list

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from hpnlab.traffic import crux
+import hpnlab.traffic.policies.arithmetic as crux
 
 UP = ("tor-up", "s0r0a", "agg0-0")
 UP2 = ("tor-up", "s0r0a", "agg0-1")
@@ -145,8 +145,8 @@ def test_placement_puts_each_connection_on_the_least_congested_path_in_priority_
 
 
 def test_capacities_name_every_shaped_link_of_the_rail_by_tier():
-    from hpnlab.spec import parse_spec
-    from hpnlab.traffic.experiment import node_configs
+    from hpnlab.model.spec import parse_spec
+    from hpnlab.traffic.run.experiment import node_configs
 
     cfgs = node_configs(parse_spec({"name": "u", "segments": 2, "hosts_per_segment": 4, "rails": 1,
                                     "aggs_per_plane": 4, "links": {"access": {"rate_mbit": 20},

@@ -1,4 +1,4 @@
-"""hpnlab.signals.deadline, root-free: the bound `up --timeout` puts on a deploy lands in whatever the
+"""hpnlab.machine.signals.deadline, root-free: the bound `up --timeout` puts on a deploy lands in whatever the
 deploy waits for (a child process included, which subprocess then kills), is a BaseException so no
 ``except Exception`` on the way swallows it, and leaves no timer behind."""
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from hpnlab.signals import DeadlinePassed, deadline
+from hpnlab.machine.signals import DeadlinePassed, deadline
 
 
 def test_it_lands_in_a_child_process_wait_and_the_child_is_gone():

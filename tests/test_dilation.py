@@ -1,13 +1,14 @@
-"""What results record of a lab's time dilation (hpnlab.dilation): the timers in force beside the spec's, what is
+"""What results record of a lab's time dilation (hpnlab.model.dilation): the timers in force beside the spec's, what is
 not dilated, and which part of each fault's split a dilated timer took. No root."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from hpnlab import dilation
-from hpnlab.spec import parse_spec
-from hpnlab.traffic import experiment, runner
+from hpnlab.model import dilation
+from hpnlab.model.spec import parse_spec
+from hpnlab.traffic import runner
+from hpnlab.traffic.run import experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,7 @@ def test_each_aggregated_fault_says_its_detector_and_what_is_dilated():
 
 def test_the_error_model_fit_recovers_the_timer_share_and_the_undilated_work():
     """R(k) = T + W / k: a BFD-found fault (T 300 ms, W 60 ms) and a carrier-found one (T 0, W 180 ms)."""
-    from hpnlab.traffic import dilationfit
+    from hpnlab.traffic.analysis import dilationfit
 
     def variant(det: str, k: int, gaps: list[float]) -> dict:
         return {"time_dilation": k, "faults": [{"dilation": {"detector": det}}],

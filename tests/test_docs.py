@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hpnlab import docgen, figtables
+from hpnlab import docgen
+from hpnlab.docgen import figtables
 from hpnlab.cli import build_parser
 from tests.conftest import ROOT
 
@@ -41,7 +42,7 @@ def test_the_figure_tables_are_generated():
 
 @pytest.mark.parametrize("page", FIGURE_PAGES, ids=[p.name for p in FIGURE_PAGES])
 def test_generated_figure_tables_match_the_results(page):
-    """A figures block is what its docs/figures YAML makes of the shipped results (hpnlab.figtables)."""
+    """A figures block is what its docs/figures YAML makes of the shipped results (hpnlab.docgen.figtables)."""
     stale = figtables.drifted(page.read_text(), page, ROOT)
     assert not stale, f"{_name(page)}: the figures {stale} differ from their YAML and results: " \
                       f"python -m hpnlab.docgen docs"
@@ -167,7 +168,7 @@ def test_every_link_to_a_heading_finds_it(tmp_path):
 
 
 def test_summary_columns_are_all_explained():
-    from hpnlab.traffic.report import COLUMNS
+    from hpnlab.traffic.output.report import COLUMNS
 
     legend = (DOCS / "results.md").read_text()
     for header, key in COLUMNS:
@@ -576,7 +577,7 @@ def test_a_median_comes_with_its_min_and_max():
 # The raw Markdown reads as prose: a figure's tags (its brackets and definitions) stay under this
 # share of a page's bytes; a page quotes the figures its reader needs, and every figure of a result is in the
 # result's NOTES.md (not bound: a record, read beside its files). A table that quotes a figure per cell is a
-# figures block, written from its files by hpnlab.figtables: its numbers carry no tags.
+# figures block, written from its files by hpnlab.docgen.figtables: its numbers carry no tags.
 TAG_SHARE = 0.15
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.node import dscp
+from hpnlab.node.programs import dscp
 
 
 def _load(tmp_path: Path, workload: dict):
-    from hpnlab.traffic import experiment
+    from hpnlab.traffic.run import experiment
 
     p = tmp_path / "w.yml"
     p.write_text(f"name: w\nduration: 5\nworkload: {json.dumps(workload)}\n")
@@ -81,7 +81,7 @@ def test_every_sender_and_receiver_is_told_the_dscp_and_unmarked_lines_are_uncha
 
 
 def test_the_node_programs_refuse_a_dscp_out_of_range(capsys):
-    from hpnlab.node import allreduce, elephant
+    from hpnlab.node.programs import allreduce, elephant
 
     for main, argv in ((allreduce.main, ["--rank", "0", "--addrs", "127.0.0.1", "--duration", "1", "--out", "x"]),
                        (elephant.main, ["serve", "--bind", "127.0.0.1", "--duration", "1", "--out", "x"])):

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from hpnlab import fare
-from hpnlab.traffic import nodetools
-from hpnlab.verify import check_config
+from hpnlab.lifecycle import fare
+from hpnlab.traffic.run import nodetools
+from hpnlab.lifecycle.verify import check_config
 from tests.lib.labs import settle
 
 FARE = {"links": {"uplink": {"rate_mbit": 20}}, "multipath": {"mode": "fare"}}

@@ -11,11 +11,11 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hpnlab import fare
+from hpnlab.lifecycle import fare
 from hpnlab.errors import SpecError
-from hpnlab.node import fare as node_fare
-from hpnlab.spec import parse_spec
-from hpnlab.traffic.experiment import node_configs
+from hpnlab.node.agents import fare as node_fare
+from hpnlab.model.spec import parse_spec
+from hpnlab.traffic.run.experiment import node_configs
 
 BASE = {"name": "f", "segments": 2, "hosts_per_segment": 2, "rails": 1, "links": {"uplink": {"rate_mbit": 20}},
         "multipath": {"mode": "fare"}}
@@ -75,8 +75,8 @@ def test_only_fare_aggs_carry_the_policy_and_run_the_agent():
     assert agent_module(ecmp["agg0-0"].plain()) is None
     c = _cfgs()
     assert c["agg0-0"].multipath["tors"] == {"s0r0a": c["s0r0a"].asn, "s1r0a": c["s1r0a"].asn}
-    assert agent_module(c["agg0-0"].plain()) == "hpnlab.node.fare"
-    assert c["s0r0a"].multipath is None and agent_module(c["s0r0a"].plain()) == "hpnlab.node.tor"
+    assert agent_module(c["agg0-0"].plain()) == "hpnlab.node.agents.fare"
+    assert c["s0r0a"].multipath is None and agent_module(c["s0r0a"].plain()) == "hpnlab.node.agents.tor"
 
 
 def test_rendered_route_maps_match_each_destination_tor_by_its_asn():
@@ -143,7 +143,7 @@ def test_kernel_weights_against_prescription():
 
 
 def test_the_agent_module_imports_light():
-    r = subprocess.run([sys.executable, "-c", "import sys, hpnlab.node.fare; "
+    r = subprocess.run([sys.executable, "-c", "import sys, hpnlab.node.agents.fare; "
                         "print(sorted(m for m in sys.modules if m.startswith('hpnlab.') and not m.startswith('hpnlab.node')))"],
                        capture_output=True, text=True, cwd="/", timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
@@ -195,7 +195,7 @@ def test_degrade_records_both_ends_at_the_spec_rate_and_lowers_them():
 
 
 def test_frr84_rounding_as_measured_and_what_it_costs_on_wide_ecmp():
-    from hpnlab import frr84
+    from hpnlab.generate import frr84
 
     assert frr84.weights([20, 10]) == [66, 33]  # measured on the default lab with one uplink at half rate
     assert frr84.weights([20, 20, 20, 10]) == [28, 28, 28, 14]
@@ -222,8 +222,8 @@ RATE = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5,
 }))
 def test_fuzzed_fare_specs_are_one_line_spec_errors_or_render(doc):
     """Whatever multipath and per-link values a user writes: a lab that renders, or one SpecError line."""
-    from hpnlab.render import render
-    from hpnlab.topology import build
+    from hpnlab.generate.render import render
+    from hpnlab.model.topology import build
 
     data = {"name": "fz", "segments": 2, "hosts_per_segment": 1, "rails": 1,
             **{k: v for k, v in doc.items() if v is not None}}
@@ -248,8 +248,8 @@ def test_bad_fare_input_on_the_command_line_is_exit_2(tmp_path):
 
 def test_per_link_rates_outside_bgp_range_are_refused_only_on_uplinks():
     """FARE carries uplink rates in BGP (1..25600 Mbit/s); a slow access link is no concern of it."""
-    from hpnlab.render import render
-    from hpnlab.topology import build
+    from hpnlab.generate.render import render
+    from hpnlab.model.topology import build
 
     def with_link(iface):
         links = {"uplink": {"rate_mbit": 20}, "access": {"rate_mbit": 20},

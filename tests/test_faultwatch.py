@@ -7,9 +7,10 @@ import re
 import time
 
 from hpnlab.cli import main
-from hpnlab.spec import load_spec
-from hpnlab.traffic import faults, faultwatch
-from hpnlab.traffic.experiment import node_configs
+from hpnlab.model.spec import load_spec
+from hpnlab.traffic import faults
+from hpnlab.traffic.run import faultwatch
+from hpnlab.traffic.run.experiment import node_configs
 
 
 def test_fail_list_columns_start_at_the_same_offset_for_every_kind(capsys):

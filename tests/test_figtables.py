@@ -1,4 +1,4 @@
-"""Figure tables written from results files (hpnlab.figtables): the numbers are the files', rounded as a figure
+"""Figure tables written from results files (hpnlab.docgen.figtables): the numbers are the files', rounded as a figure
 tag's are checked; a stale block, a missing key, a block without its YAML and a median without its repetitions'
 spread are each caught with one line naming the YAML file and the row."""
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hpnlab import docgen, figtables
-from hpnlab.figtables import FigureTableError
+from hpnlab import docgen
+from hpnlab.docgen import figtables
+from hpnlab.docgen.figtables import FigureTableError
 
 RESULT = {"v": {"gap_ms": {"n": 3, "min": 125.52, "median": 125.94, "max": 127.9},
                 "lost": {"n": 3, "min": 0, "median": 0, "max": 0}, "flows": 32, "share": 0.2}}

@@ -29,7 +29,7 @@ def test_golden_cases_cover_every_kind_of_output():
 
 
 def test_a_template_change_is_caught(monkeypatch):
-    from hpnlab import render
+    from hpnlab.generate import render
 
     real = render.node_config
 

@@ -1,4 +1,4 @@
-"""Gray failures' per-fault figures (hpnlab.traffic.grayfigures), root-free, against a synthetic repetition
+"""Gray failures' per-fault figures (hpnlab.traffic.analysis.grayfigures), root-free, against a synthetic repetition
 whose answers are known: when the prober suspected, confirmed and isolated, which link, whether the control
 plane reacted before the isolation, the training rate before / during / isolated / after, false positives;
 their aggregation and summary lines; and the experiment file's prober and isolation keys."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import experiment, grayfigures
+from hpnlab.traffic.run import experiment
+from hpnlab.traffic.analysis import grayfigures
 from tests.conftest import ROOT
 
 T0 = 1000.0

@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import experiment, faults
-from hpnlab.traffic.faults import bursty_loss, wire
+from hpnlab.traffic import faults
+from hpnlab.traffic.run import experiment
+from hpnlab.traffic.faults.gray import bursty_loss, wire
 from tests.conftest import ROOT
 
 GRAY = ["silent-loss", "corrupt", "silent-corrupt", "bursty-loss"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpnlab import orchestrate, verify
+from hpnlab.lifecycle import orchestrate, verify
 
 
 class Script:

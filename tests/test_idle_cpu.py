@@ -34,8 +34,8 @@ def test_parse_stat_keeps_a_name_with_spaces_and_parentheses():
     ("bgpd", "/usr/lib/frr/bgpd", "agg", "bgpd"),
     ("bfdd", "/usr/lib/frr/bfdd", "agg", "bfdd"),
     ("watchfrr", "/usr/lib/frr/watchfrr", "tor", "watchfrr"),
-    ("s0r0a", "python -m hpnlab.node.launcher /var/lib/hpnlab/x/config", "tor", "agent_tor"),
-    ("s0h0", "/x/.venv/bin/python -m hpnlab.node.host node.json", "host", "agent_host"),
+    ("s0r0a", "python -m hpnlab.node.agents.launcher /var/lib/hpnlab/x/config", "tor", "agent_tor"),
+    ("s0h0", "/x/.venv/bin/python -m hpnlab.node.agents.host node.json", "host", "agent_host"),
     ("iperf3", "iperf3 -s", "host", "other"),
 ])
 def test_kind_of(comm, cmd, role, kind):

@@ -14,7 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import crux, experiment, policies
+from hpnlab.traffic import policies
+import hpnlab.traffic.policies.arithmetic as crux
+from hpnlab.traffic.run import experiment
 from hpnlab.traffic.workloads import jobs as jobsmod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -237,7 +239,7 @@ def test_a_ring_with_a_compute_phase_waits_it_out_each_iteration_and_stops_at_it
     procs = []
     for rank in (0, 1):
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "hpnlab.node.allreduce", "--rank", str(rank), "--addrs", "127.0.0.1,127.0.0.2",
+            [sys.executable, "-m", "hpnlab.node.programs.allreduce", "--rank", str(rank), "--addrs", "127.0.0.1,127.0.0.2",
              "--port", str(port), "--size", "4096", "--conns", "2", "--compute-ms", "100", "--iterations", "8",
              "--duration", "20", "--start-at", f"{start:.3f}", "--out", str(tmp_path / f"r{rank}.json")]))
     for p in procs:
@@ -263,11 +265,11 @@ def test_a_rank_stopped_while_its_peers_are_missing_reports_at_once(tmp_path, mo
     """Rank 0 of two, whose peer never starts, is stopped while it connects: it ends with a report (no
     iteration) well before its connect deadline (jobrun.CONNECT_S, 15 s), which the runner, killing 3 s
     after its SIGTERM, would never see. Before, connect looked at the deadline only."""
-    from hpnlab.node.jobrun import CONNECT_S
+    from hpnlab.node.programs.jobrun import CONNECT_S
 
     port = _free_port()
     out = tmp_path / "r0.json"
-    p = subprocess.Popen([sys.executable, "-m", f"hpnlab.node.{module}", "--rank", "0", "--addrs",
+    p = subprocess.Popen([sys.executable, "-m", f"hpnlab.node.programs.{module}", "--rank", "0", "--addrs",
                           "127.0.0.1,127.0.0.2", "--port", str(port), "--size", "4096", "--conns", "1",
                           "--duration", "30", "--out", str(out)], stderr=subprocess.PIPE, text=True)
     try:
@@ -355,7 +357,7 @@ def test_an_alltoall_job_runs_the_alltoall_program_with_its_ports_per_peer(tmp_p
     sports = plan.assignment["jobs"]["moe"]["sports"]
     for rank, p in enumerate(procs):
         argv = p["argv"]
-        assert argv[argv.index("-m") + 1] == "hpnlab.node.alltoall" and "--select" not in argv
+        assert argv[argv.index("-m") + 1] == "hpnlab.node.programs.alltoall" and "--select" not in argv
         assert argv[argv.index("--sports") + 1] == ",".join(map(str, sports[3 * rank:3 * rank + 3]))
         assert argv[argv.index("--compute-ms") + 1] == "100" and argv[argv.index("--rank") + 1] == str(rank)
 
@@ -368,7 +370,7 @@ def test_an_alltoall_with_a_compute_phase_completes_every_iteration_only_once_ev
     port, start = _free_port(), time.time() + 1.0
     addrs = "127.0.0.1,127.0.0.2,127.0.0.3"
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "hpnlab.node.alltoall", "--rank", str(rank), "--addrs", addrs, "--port", str(port),
+        [sys.executable, "-m", "hpnlab.node.programs.alltoall", "--rank", str(rank), "--addrs", addrs, "--port", str(port),
          "--size", str(3 * 40000), "--conns", "2", "--compute-ms", "100", "--iterations", "5", "--duration", "20",
          "--sports", "31001,31002,31001,31002", "--start-at", f"{start:.3f}",
          "--out", str(tmp_path / f"r{rank}.json")])
@@ -442,11 +444,11 @@ def test_fuzzed_job_specs_load_or_fail_in_one_line_naming_the_field_and_exit_2(t
 
 def test_the_traffic_programs_take_their_common_options_from_one_place():
     """allreduce, alltoall and elephant's send/serve parse --duration/--start-at/--congestion/--dscp/--out
-    as hpnlab.node.jobrun defines them (one definition: a change reaches every program), the two job
+    as hpnlab.node.programs.jobrun defines them (one definition: a change reaches every program), the two job
     programs also --compute-ms/--sports/--iterations."""
     import argparse
 
-    from hpnlab.node import jobrun
+    from hpnlab.node.programs import jobrun
 
     common = argparse.ArgumentParser()
     jobrun.add_common_args(common)
@@ -457,7 +459,7 @@ def test_the_traffic_programs_take_their_common_options_from_one_place():
     progs = {"allreduce": [], "alltoall": [], "elephant": ["send", "serve"]}
     for prog, subs in progs.items():
         for sub in subs or [None]:
-            r = subprocess.run([sys.executable, "-m", f"hpnlab.node.{prog}", *([sub] if sub else []), "--help"],
+            r = subprocess.run([sys.executable, "-m", f"hpnlab.node.programs.{prog}", *([sub] if sub else []), "--help"],
                                capture_output=True, text=True, cwd=REPO, timeout=60)
             assert r.returncode == 0, r.stderr
             for opt in ("--duration", "--start-at", "--congestion", "--dscp", "--out"):

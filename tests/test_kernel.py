@@ -1,4 +1,4 @@
-"""What a lab does on kernels older than this one: the feature check (hpnlab.kernel) as data, the plans
+"""What a lab does on kernels older than this one: the feature check (hpnlab.machine.kernel) as data, the plans
 it changes, and, as root, a lab brought up as on a kernel without the hash-seed sysctl (Debian 12's 6.1,
 Ubuntu 24.04's 6.8) through HPNLAB_KERNEL_LACKS."""
 
@@ -12,11 +12,11 @@ import sys
 import pytest
 import yaml
 
-from hpnlab import kernel
+from hpnlab.machine import kernel
 from hpnlab.node.plan import OPTIONAL_SYSCTLS, nft_ruleset, sysctls
-from hpnlab.render import render
-from hpnlab.spec import load_spec, parse_spec
-from hpnlab.topology import build
+from hpnlab.generate.render import render
+from hpnlab.model.spec import load_spec, parse_spec
+from hpnlab.model.topology import build
 from tests.conftest import ROOT
 
 EVERYTHING = {k: True for k in kernel.FEATURES}
@@ -154,7 +154,7 @@ def test_a_lab_on_a_kernel_without_the_hash_seed_runs_with_a_note_and_per_switch
 def _lab_notes(up: dict) -> list[str]:
     """``up --json``'s kernel notes less those on this machine's shared sysctls (netdefaults.drift): any
     machine whose owner raised net.core.rmem_max, say, has those whatever the kernel lacks."""
-    from hpnlab import netdefaults
+    from hpnlab.model import netdefaults
 
     # A note on a shared sysctl opens with its key; whether it says "set outside hpnlab" or "raised by the labs
     # running now" depends on when it was read (this lab raises the backlog itself), so they are counted
@@ -230,7 +230,7 @@ def test_without_the_hold_open_fabric_neither_removes_nor_claims_to_release_anyt
 def test_shared_sysctls_off_their_defaults_are_noted_and_read_as_one_string(tmp_path):
     """netdev_max_backlog and the socket buffer caps are the machine's, not a namespace's, so ``up`` says
     when they are not the kernel's defaults (Mininet raises all three), in one short line each."""
-    from hpnlab import netdefaults
+    from hpnlab.model import netdefaults
 
     assert kernel.assess(spec(), EVERYTHING, "6.18", shared=dict(netdefaults.SHARED_DEFAULTS)).notes == []
     raised = {**netdefaults.SHARED_DEFAULTS, "net.core.netdev_max_backlog": "5000", "net.core.rmem_max": "16777216",
@@ -249,9 +249,10 @@ def test_shared_sysctls_off_their_defaults_are_noted_and_read_as_one_string(tmp_
 
 
 def test_a_backlog_running_labs_raised_is_said_to_be_theirs_and_no_note_says_a_lab_leaves_it(tmp_path):
-    """A lab raises net.core.netdev_max_backlog for its links (hpnlab.neightable): a note that a lab does not
+    """A lab raises net.core.netdev_max_backlog for its links (hpnlab.machine.neightable): a note that a lab does not
     change it would contradict the 'raised ... the input backlog' line of the same up."""
-    from hpnlab import neightable, netdefaults
+    from hpnlab.machine import neightable
+    from hpnlab.model import netdefaults
 
     proc = tmp_path / "proc"
     (proc / "core").mkdir(parents=True)
@@ -272,8 +273,8 @@ def test_a_backlog_running_labs_raised_is_said_to_be_theirs_and_no_note_says_a_l
 
 
 def test_a_runs_labs_print_each_machine_note_once():
-    from hpnlab.orchestrate import say_once
-    from hpnlab.progress import Progress
+    from hpnlab.lifecycle.orchestrate import say_once
+    from hpnlab.machine.progress import Progress
 
     lines: list[str] = []
 

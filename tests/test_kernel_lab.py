@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from hpnlab import kernel
-from hpnlab.nodesetup import parse_bonding
+from hpnlab.machine import kernel
+from hpnlab.machine.nodesetup import parse_bonding
 from tests.lib.labs import owned_lab, settle
 
 LAB = "kb"

@@ -129,8 +129,8 @@ def test_status_and_exec(lab):
     r = hpnlab("exec", "--lab", lab, "s0r0a", "--", "vtysh", "-c", "show bgp summary json")
     via_vtysh = json.loads(r.stdout)["ipv4Unicast"]
     assert via_vtysh["peerCount"] == 2
-    # verify asks bgpd over its vty socket (hpnlab.vty), not through a vtysh process: the same answer
-    from hpnlab.orchestrate import open_lab
+    # verify asks bgpd over its vty socket (hpnlab.machine.vty), not through a vtysh process: the same answer
+    from hpnlab.lifecycle.orchestrate import open_lab
 
     rt, _cfgs = open_lab(lab)
     direct = rt.daemon_json("s0r0a", "bgpd", "show bgp summary json")["ipv4Unicast"]
@@ -158,8 +158,8 @@ def test_the_aggs_opened_every_tor_session_and_the_tors_advertise_again(lab):
     """The start order of hpnlab.runtime.base.Runtime.open_fabric, as it left the lab: each ToR session was
     opened by its agg (the ToR's end is port 179), none was reset on the way up, and no ToR still holds
     back its Router Advertisements."""
-    from hpnlab.nodesetup import RA_HOLD_TABLE
-    from hpnlab.orchestrate import open_lab
+    from hpnlab.machine.nodesetup import RA_HOLD_TABLE
+    from hpnlab.lifecycle.orchestrate import open_lab
 
     rt, cfgs = open_lab(lab)
     tors = [n for n, c in cfgs.items() if c.role == "tor"]
@@ -176,7 +176,7 @@ def test_every_prefix_a_tor_sends_its_agg_keeps(lab):
     """A ToR announces to its aggs only what it originates (templates/frr/tor.conf.j2 says why): whatever it
     sent an agg, the agg accepted; without the filter a ToR also sends every route it learnt from one agg to
     the others, which they drop for their own AS in its path."""
-    from hpnlab.orchestrate import open_lab
+    from hpnlab.lifecycle.orchestrate import open_lab
 
     rt, cfgs = open_lab(lab)
 
@@ -195,7 +195,7 @@ def test_every_prefix_a_tor_sends_its_agg_keeps(lab):
 def test_hosts_run_the_kernels_tcp_buffers_not_the_root_namespaces(lab):
     """A new namespace copies the root's tcp_rmem/tcp_wmem (another tool may have raised them); each host sets
     the kernel's defaults itself, and verify reads them back: a host changed behind the lab's back is named."""
-    from hpnlab import netdefaults
+    from hpnlab.model import netdefaults
 
     for node in ("s0h0", "s1h1"):
         for key, want in netdefaults.HOST_TCP_BUFFERS.items():
@@ -331,9 +331,9 @@ def test_damaged_state_is_one_line_and_down_still_removes_the_lab(lab):
 
 
 def test_one_reach_prober_per_host_answers_for_every_peer(lab):
-    """verify's reachability: one process per host checks all its peers at once (hpnlab.node.reach);
+    """verify's reachability: one process per host checks all its peers at once (hpnlab.node.programs.reach);
     an address of the lab's subnet that no host holds is reported unreachable, not assumed."""
-    r = nsexec(lab, "s0h0", sys.executable, "-m", "hpnlab.node.reach", "--pairs",
+    r = nsexec(lab, "s0h0", sys.executable, "-m", "hpnlab.node.programs.reach", "--pairs",
                "10.0.0.2:10.0.2.2,10.0.0.2:10.0.0.3,10.0.0.2:10.0.0.250", check=True)
     assert json.loads(r.stdout) == {"10.0.0.2>10.0.2.2": True, "10.0.0.2>10.0.0.3": True,
                                     "10.0.0.2>10.0.0.250": False}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpnlab.node import lacp
+from hpnlab.node.agents import lacp
 
 VMAC = "00:00:5e:00:01:01"
 
@@ -260,7 +260,7 @@ def test_agent_wait_never_wakes_before_its_deadline_and_returns_ready_fds():
     import socket
     import time
 
-    from hpnlab.node import agent
+    from hpnlab.node.agents import agent
 
     a, b = socket.socketpair()
     c, d = socket.socketpair()
@@ -282,7 +282,7 @@ def test_agent_wait_hears_a_socket_that_took_a_closed_ones_number():
     import socket
     import time
 
-    from hpnlab.node import agent
+    from hpnlab.node.agents import agent
 
     a, b = socket.socketpair()
     fd = a.fileno()

@@ -1,6 +1,7 @@
 """The layering of the hpnlab package, read from the source (every import, function-level ones too):
-no import cycles, the library never imports the CLI, the code that runs inside a node stays light, and
-nothing is installed under a generic top-level name."""
+no import cycles, no import runs up the layers (docs/contributing.md draws them), the library never
+imports the CLI, the code that runs inside a node stays light and its agents and programs stay apart, no
+folder grows past ~15 modules, and nothing is installed under a generic top-level name."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_every_module_and_function_level_imports():
     g = graph()
-    assert {"hpnlab.api", "hpnlab.orchestrate", "hpnlab.cli", "hpnlab.node.tor", "hpnlab.traffic.runner"} <= set(g)
+    assert {"hpnlab.api", "hpnlab.lifecycle.orchestrate", "hpnlab.cli", "hpnlab.node.agents.tor", "hpnlab.traffic.runner"} <= set(g)
     assert "hpnlab.api" in g["hpnlab.traffic.runner"]
     # a function-level import is an edge too (the plugin imports the API inside its fixture)
     assert "hpnlab.api" in g["hpnlab.pytest_plugin"]
@@ -100,14 +101,14 @@ def test_no_import_cycles():
 
 def test_cycle_detector_finds_a_planted_cycle():
     g = {**graph()}
-    g["hpnlab.spec"] = g["hpnlab.spec"] | {"hpnlab.orchestrate"}
-    assert any("hpnlab.spec" in c and "hpnlab.orchestrate" in c for c in cycles(g))
+    g["hpnlab.model.spec"] = g["hpnlab.model.spec"] | {"hpnlab.lifecycle.orchestrate"}
+    assert any("hpnlab.model.spec" in c and "hpnlab.lifecycle.orchestrate" in c for c in cycles(g))
 
 
 def is_cli(m: str) -> bool:
     """The command line: hpnlab.cli, hpnlab.entry (the executable's first, import-free code) and
     hpnlab.__main__ (python -m hpnlab); beside them hpnlab.docgen, which writes the CLI's reference."""
-    return m in ("hpnlab.cli", "hpnlab.entry", "hpnlab.__main__", "hpnlab.docgen") or m.startswith("hpnlab.cli.")
+    return m in ("hpnlab.cli", "hpnlab.entry", "hpnlab.__main__", "hpnlab.docgen") or m.startswith(("hpnlab.cli.", "hpnlab.docgen."))
 
 
 def test_library_never_imports_the_cli():
@@ -116,7 +117,7 @@ def test_library_never_imports_the_cli():
 
 
 def _in_node(m: str) -> bool:
-    """A module of the node package (hpnlab.node.*; hpnlab.nodestate and hpnlab.nodesetup are the controller's)."""
+    """A module of the node package (hpnlab.node.*; hpnlab.lifecycle.nodestate and hpnlab.machine.nodesetup are the controller's)."""
     return m == "hpnlab.node" or m.startswith("hpnlab.node.")
 
 
@@ -126,8 +127,8 @@ def test_node_code_imports_no_controller_module():
             assert all(d == "hpnlab" or _in_node(d) for d in deps), (m, deps)
 
 
-@pytest.mark.parametrize("mod", ["hpnlab.node.tor", "hpnlab.node.host", "hpnlab.node.probe", "hpnlab.node.allreduce",
-                                 "hpnlab.node.craft", "hpnlab.node.lacp", "hpnlab.node.agent"])
+@pytest.mark.parametrize("mod", ["hpnlab.node.agents.tor", "hpnlab.node.agents.host", "hpnlab.node.programs.probe", "hpnlab.node.programs.allreduce",
+                                 "hpnlab.node.programs.craft", "hpnlab.node.agents.lacp", "hpnlab.node.agents.agent"])
 def test_node_modules_import_light(mod):
     """What runs in every node (and in the images) must not pull in the controller's dependencies."""
     code = f"import sys, {mod}; print(' '.join(sorted(m for m in sys.modules)))"
@@ -162,7 +163,7 @@ def test_fault_kinds_stand_below_the_runner_report_and_cli():
     kinds = [m for m in g if m.startswith("hpnlab.traffic.faults")]
     assert len(kinds) >= 11  # base + one file per kind
     for m in kinds:
-        bad = sorted(d for d in g[m] if d in ("hpnlab.traffic.runner", "hpnlab.traffic.report") or is_cli(d))
+        bad = sorted(d for d in g[m] if d in ("hpnlab.traffic.runner", "hpnlab.traffic.output.report") or is_cli(d))
         assert bad == [], (m, bad)
 
 
@@ -205,16 +206,16 @@ def test_no_test_module_is_imported_as_a_library():
 def test_workloads_stand_below_the_runner_report_and_cli_and_alone_name_node_programs():
     """A workload kind is a class in its own file; it never imports the experiment runner, the report or
     the command line, and the traffic programs it runs in the nodes are named only there (the probe
-    tools of `hpnlab probe` are tools, not workloads: hpnlab.traffic.nodetools)."""
+    tools of `hpnlab probe` are tools, not workloads: hpnlab.traffic.run.nodetools)."""
     import re
 
     g = graph()
     kinds = [m for m in g if m.startswith("hpnlab.traffic.workloads")]
     assert len(kinds) >= 6  # base, probe and one file per kind
     for m in kinds:
-        bad = sorted(d for d in g[m] if d in ("hpnlab.traffic.runner", "hpnlab.traffic.report") or is_cli(d))
+        bad = sorted(d for d in g[m] if d in ("hpnlab.traffic.runner", "hpnlab.traffic.output.report") or is_cli(d))
         assert bad == [], (m, bad)
-    programs = re.compile(r'"hpnlab\\.node\\.(probe|allreduce|elephant|linkstats)"')
+    programs = re.compile(r'"hpnlab\\.node\\.(programs\\.(probe|allreduce|elephant)|linkstats)"')
     for m, path in modules().items():
         if programs.search(path.read_text()):
             assert m.startswith("hpnlab.traffic.workloads"), f"{m} builds a workload's command line"
@@ -226,13 +227,92 @@ def test_experiments_are_clients_of_the_lab_api():
     what an experiment does is what a user's script with hpnlab.Lab can do."""
     g = graph()
     for m in [m for m in g if m == "hpnlab.traffic.runner" or m.startswith("hpnlab.traffic.workloads")]:
-        bad = sorted(d for d in g[m] if d == "hpnlab.orchestrate" or d.startswith("hpnlab.runtime."))
+        bad = sorted(d for d in g[m] if d == "hpnlab.lifecycle.orchestrate" or d.startswith("hpnlab.runtime."))
         assert bad == [], (m, bad)
 
 
+# The layers, bottom first (docs/contributing.md, "The map of the house"): a module may import its own
+# layer and the ones below, never one above. A package's own __init__ (hpnlab, hpnlab.traffic) holds
+# only lazy names and is no layer.
+LAYERS: list[tuple[str, ...]] = [
+    ("hpnlab.errors", "hpnlab.node", "hpnlab.web"),                      # what a node runs; the page assets
+    ("hpnlab.model",),                                                   # the lab as data
+    ("hpnlab.generate", "hpnlab.instrument", "hpnlab.machine"),          # configs, meters, the machine
+    ("hpnlab.runtime",),                                                 # netns, clab, c9s
+    ("hpnlab.lifecycle",),                                               # up, verify, down, state
+    ("hpnlab.traffic.analysis", "hpnlab.traffic.faults", "hpnlab.traffic.output", "hpnlab.traffic.policies",
+     "hpnlab.traffic.run", "hpnlab.traffic.workloads"),                  # what experiments use
+    ("hpnlab.api", "hpnlab.pytest_plugin"),                              # hpnlab.Lab
+    ("hpnlab.traffic.runner", "hpnlab.watch"),                           # the Lab's clients
+    ("hpnlab.cli", "hpnlab.docgen", "hpnlab.entry", "hpnlab.__main__"),  # the command line
+]
+NO_LAYER = ("hpnlab", "hpnlab.traffic")
+
+
+def layer_of(m: str) -> int | None:
+    for i, prefixes in enumerate(LAYERS):
+        if any(m == p or m.startswith(p + ".") for p in prefixes):
+            return i
+    return None
+
+
+def upward(g: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {d}" for m, deps in g.items() if m not in NO_LAYER
+                  for d in deps if d not in NO_LAYER and layer_of(d) > layer_of(m))
+
+
+def test_every_module_has_a_layer_and_no_import_runs_upwards():
+    g = graph()
+    assert sorted(m for m in g if m not in NO_LAYER and layer_of(m) is None) == []
+    assert upward(g) == []
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+    g = {**graph()}
+    g["hpnlab.model.spec"] = g["hpnlab.model.spec"] | {"hpnlab.lifecycle.orchestrate"}
+    assert upward(g) == ["hpnlab.model.spec -> hpnlab.lifecycle.orchestrate"]
+
+
+def test_a_nodes_agents_and_the_programs_experiments_run_stay_apart():
+    """hpnlab.node.agents (what makes a switch or host) and hpnlab.node.programs (what experiments start)
+    import the node package's shared modules, never each other; the shared modules import neither."""
+    room = {m: (m.split(".")[2] if m.count(".") >= 3 and m.split(".")[2] in ("agents", "programs") else "shared")
+            for m in graph() if _in_node(m)}
+    g = graph()
+    bad = [f"{m} -> {d}" for m, r in room.items() for d in g[m] if _in_node(d) and room[d] not in ("shared", r)]
+    assert bad == []
+    assert {"hpnlab.node.agents.tor", "hpnlab.node.programs.allreduce"} <= set(room)
+
+
+def test_no_folder_holds_more_than_about_15_modules_flat():
+    """A folder is one concern a newcomer can name; past ~15 modules it hides its parts (16: an __init__
+    beside 15)."""
+    counts = {}
+    for folder in PACKAGES.values():
+        for d in [folder, *[p for p in folder.rglob("*") if p.is_dir()]]:
+            if (d / "__init__.py").exists():
+                counts[str(d.relative_to(ROOT))] = len(list(d.glob("*.py")))
+    assert {d: n for d, n in counts.items() if n > 16} == {}
+    assert len(counts) >= 20
+
+
+def test_pyproject_lists_every_package():
+    """A folder with an __init__.py that pyproject.toml does not list is left out of a wheel (an editable
+    install hides it)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for pkg, folder in PACKAGES.items():
+        for init in folder.rglob("__init__.py"):
+            rel = init.parent.relative_to(folder).parts
+            found.add(".".join([pkg, *rel]))
+    assert found - listed == set()
+
+
 def test_one_progress_display():
-    """Progress lines and bars come from hpnlab.progress alone: no other module defines a progress class."""
+    """Progress lines and bars come from hpnlab.machine.progress alone: no other module defines a progress class."""
     import re
 
     defined = [m for m, p in modules().items() if re.search(r"^class \w*(Progress|Bar)\b", p.read_text(), re.M)]
-    assert defined == ["hpnlab.progress"]
+    assert defined == ["hpnlab.machine.progress"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpnlab import machineload, provenance
+from hpnlab.instrument import machineload, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,9 +8,10 @@ import jsonschema
 import pytest
 import yaml
 
-from hpnlab import multihost, render, topology
+from hpnlab.generate import multihost, render
+from hpnlab.model import topology
 from hpnlab.errors import SpecError
-from hpnlab.spec import load_spec, parse_spec
+from hpnlab.model.spec import load_spec, parse_spec
 from tests.conftest import EXAMPLES
 
 

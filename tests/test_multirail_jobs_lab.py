@@ -49,7 +49,7 @@ def test_a_two_rail_job_beside_a_one_rail_job_runs_on_both_rails():
     _need_lab_machine()
     import hpnlab
     from hpnlab.errors import SpecError
-    from hpnlab.traffic import crux
+    import hpnlab.traffic.policies.arithmetic as crux
 
     t0 = time.monotonic()
     with hpnlab.Lab.up(ROOT / "examples" / "load-balance.yml", name=f"{PREFIX}0", overrides=LAB) as lab:

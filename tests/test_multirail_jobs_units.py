@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import crux, experiment, policies
+from hpnlab.traffic import policies
+import hpnlab.traffic.policies.arithmetic as crux
+from hpnlab.traffic.run import experiment
 from hpnlab.traffic.workloads import jobs as jobsmod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,7 +178,7 @@ def test_a_ranks_rails_share_one_compute_phase(tmp_path, program):
         port = _free_port()
         for rank in (0, 1):
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", f"hpnlab.node.{program}", "--rank", str(rank), "--addrs", ",".join(addrs),
+                [sys.executable, "-m", f"hpnlab.node.programs.{program}", "--rank", str(rank), "--addrs", ",".join(addrs),
                  "--port", str(port), "--size", str(size), "--conns", "1", "--compute-ms", "100",
                  "--iterations", "5", "--duration", "30", "--start-at", f"{start:.3f}",
                  "--join", str(tmp_path / f"join-{rank}"), "--join-part", str(part), "--join-parts", "2",
@@ -196,7 +198,7 @@ def test_a_ranks_rails_share_one_compute_phase(tmp_path, program):
 
 
 def test_join_reads_every_parts_count(tmp_path):
-    from hpnlab.node.jobrun import Join
+    from hpnlab.node.programs.jobrun import Join
 
     a, b = Join(str(tmp_path / "j"), 0, 2), Join(str(tmp_path / "j"), 1, 2)
     assert a.ready(0) and not a.ready(1)
@@ -214,7 +216,7 @@ def test_a_waiting_part_wakes_on_the_last_parts_message_not_a_timer(tmp_path):
     part's file is gone here, and the wait still ends)."""
     import selectors
 
-    from hpnlab.node.jobrun import Join
+    from hpnlab.node.programs.jobrun import Join
 
     a, b = Join(str(tmp_path / "j"), 0, 2), Join(str(tmp_path / "j"), 1, 2)
     a.arrive(1)
@@ -229,7 +231,7 @@ def test_a_waiting_part_wakes_on_the_last_parts_message_not_a_timer(tmp_path):
 
 
 def test_a_part_started_late_reads_the_counts_sent_before_it_existed(tmp_path):
-    from hpnlab.node.jobrun import Join
+    from hpnlab.node.programs.jobrun import Join
 
     b = Join(str(tmp_path / "j"), 1, 2)
     b.arrive(3)  # part 0 has no socket yet: the message is lost, the file is not

@@ -3,11 +3,11 @@ restored by the last lab (no root: a stand-in /proc/sys/net tree)."""
 
 import json
 
-from hpnlab import neightable
-from hpnlab.models import NodeConfig
-from hpnlab.render import render
-from hpnlab.spec import load_spec
-from hpnlab.topology import build
+from hpnlab.machine import neightable
+from hpnlab.model.models import NodeConfig
+from hpnlab.generate.render import render
+from hpnlab.model.spec import load_spec
+from hpnlab.model.topology import build
 
 
 def rendered(spec):

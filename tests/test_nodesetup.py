@@ -2,11 +2,11 @@
 
 import json
 
-from hpnlab.node.host import route_lines
-from hpnlab.nodesetup import ip_batch, nft_ruleset, sysctls
-from hpnlab.render import render
-from hpnlab.spec import load_spec, parse_spec
-from hpnlab.topology import build
+from hpnlab.node.agents.host import route_lines
+from hpnlab.machine.nodesetup import ip_batch, nft_ruleset, sysctls
+from hpnlab.generate.render import render
+from hpnlab.model.spec import load_spec, parse_spec
+from hpnlab.model.topology import build
 
 
 def cfg(node, spec=None):
@@ -124,7 +124,7 @@ details partner lacp pdu:
 
 
 def test_parse_bonding_partner_details():
-    from hpnlab.nodesetup import parse_bonding
+    from hpnlab.machine.nodesetup import parse_bonding
 
     s = parse_bonding(BONDING)
     assert [(x["slave"], x["aggregator"], x["partner_system"], x["partner_port"]) for x in s] == [
@@ -132,7 +132,7 @@ def test_parse_bonding_partner_details():
 
 
 def test_host_driver_choice():
-    from hpnlab.nodesetup import host_driver
+    from hpnlab.machine.nodesetup import host_driver
 
     assert host_driver("auto", bonding=False) == "userspace"
     assert host_driver("auto", bonding=True) == "bond"
@@ -177,7 +177,7 @@ def test_a_real_bond_reads_as_two_collecting_distributing_members_of_one_aggrega
     """/proc/net/bonding/bond0 of a lab host, as Debian 12's stock kernel (6.1) wrote it in the test VM."""
     from pathlib import Path
 
-    from hpnlab.node.bondhost import parse_bonding, port_view
+    from hpnlab.node.agents.bondhost import parse_bonding, port_view
 
     text = (Path(__file__).parent / "fixtures" / "proc-net-bonding-debian12-6.1.txt").read_text()
     ports = [port_view(s) for s in parse_bonding(text)]
@@ -189,7 +189,7 @@ def test_a_real_bond_reads_as_two_collecting_distributing_members_of_one_aggrega
 
 
 def test_fabric_links_skip_duplicate_address_detection_and_access_links_keep_it():
-    from hpnlab.nodesetup import FABRIC_KINDS
+    from hpnlab.machine.nodesetup import FABRIC_KINDS
 
     for node in ("s0r0a", "agg0-0"):
         c = cfg(node)
@@ -204,7 +204,7 @@ def test_only_tors_hold_their_router_advertisements_and_the_release_names_the_sa
     import re
     import subprocess
 
-    from hpnlab.nodesetup import RA_HOLD_TABLE, ra_hold_ruleset, ra_listen_ruleset, ra_release_ruleset
+    from hpnlab.machine.nodesetup import RA_HOLD_TABLE, ra_hold_ruleset, ra_listen_ruleset, ra_release_ruleset
 
     assert ra_hold_ruleset(cfg("agg0-0")) is None and ra_hold_ruleset(cfg("s0h0")) is None
     hold = ra_hold_ruleset(cfg("s0r0a"))
@@ -231,7 +231,7 @@ def test_the_router_advertisement_hold_comes_off_in_two_steps_in_a_namespace():
 
     import pytest
 
-    from hpnlab.nodesetup import RA_HOLD_TABLE, ra_hold_ruleset, ra_listen_ruleset, ra_release_ruleset
+    from hpnlab.machine.nodesetup import RA_HOLD_TABLE, ra_hold_ruleset, ra_listen_ruleset, ra_release_ruleset
 
     if os.geteuid() != 0:
         print("SKIP: needs root for a network namespace", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The outage analysis (traffic/measure.py) against synthetic probe traces whose ground truth is known:
+"""The outage analysis (traffic/analysis/measure.py) against synthetic probe traces whose ground truth is known:
 the regression cases of the defects it had (a fault charged with the next fault's loss, gaps after the
 repair counted as convergence, flows silent only late in a fault counted as black-holed for the whole of
 it, stalled repetitions hidden by median/max), each boundary of the definition in docs/results.md, and
@@ -9,7 +9,9 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from hpnlab.node import rtnl
-from hpnlab.traffic import measure, nodebytes, report
+from hpnlab.traffic.analysis import measure
+from hpnlab.traffic.run import nodebytes
+from hpnlab.traffic.output import report
 from hpnlab.traffic.workloads.base import recovered_at
 
 IV = 0.004  # 250 probe packets/s per flow
@@ -238,7 +240,7 @@ def test_a_faults_figures_do_not_depend_on_other_windows(tl, where):
     assert {k: v for k, v in after.items() if k != "flows"} == {k: v for k, v in before.items() if k != "flows"}
 
 
-# --- the load a failed agg leaves on its plane (traffic/nodebytes.py) ---------------------------------------------
+# --- the load a failed agg leaves on its plane (traffic/run/nodebytes.py) ---------------------------------------------
 def _readings(key: str, before: dict[str, float], during: dict[str, float]) -> list[dict]:
     """The four readings of one fault whose nodes sent ``before``/``during`` bytes/s, 1 s windows ending
     at 1.95 s and 6.95 s; each node read 2 ms after the one before it (a sweep over 60 aggs takes time)."""

@@ -1,4 +1,4 @@
-"""Every file `hpnlab run` writes into its --out folder (hpnlab.traffic.outputs.OUTPUTS: the names the runner
+"""Every file `hpnlab run` writes into its --out folder (hpnlab.traffic.output.outputs.OUTPUTS: the names the runner
 writes by) is named in `hpnlab run --help` and in docs/results.md's table of outputs, and the runner writes
 nothing there that the list leaves out. Root-free: the files are written from a shipped results.json."""
 
@@ -10,7 +10,8 @@ import re
 from tests.conftest import ROOT
 
 from hpnlab.cli import build_parser, walk_parsers
-from hpnlab.traffic import outputs, runner
+from hpnlab.traffic import runner
+from hpnlab.traffic.output import outputs
 
 PAGE = ROOT / "docs" / "results.md"
 ROW = re.compile(r"^\| `DIR/([^`]+)` \|", re.M)  # docs/results.md's outputs table: | `DIR/summary.txt` | ... |

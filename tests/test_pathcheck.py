@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from hpnlab.traffic import experiment, pathcheck
+from hpnlab.traffic.run import experiment, pathcheck
 from hpnlab.traffic.workloads.allreduce import AllReduce
 from hpnlab.traffic.workloads.elephant import Elephant
 
@@ -83,7 +83,7 @@ def test_connections_per_uplink_and_the_variants_aggregate():
 def test_a_raw_syn_is_the_segment_a_connection_would_send():
     from scapy.all import IP, TCP
 
-    from hpnlab.node.craft import syn_segment
+    from hpnlab.node.programs.craft import syn_segment
 
     seg = syn_segment("10.0.0.1", 40000, "10.0.1.2", 17000)
     p = IP(src="10.0.0.1", dst="10.0.1.2") / TCP(seg)
@@ -97,7 +97,7 @@ def test_a_probe_of_a_port_still_held_goes_out_raw(monkeypatch):
     """The run's own connection holds the source port (TIME_WAIT): binding it fails, the SYN goes raw."""
     import socket
 
-    from hpnlab.node import craft
+    from hpnlab.node.programs import craft
 
     held = socket.socket()
     held.bind(("127.0.0.1", 0))

@@ -21,7 +21,7 @@ def _figure(monkeypatch, fn, results, tmp_path):
 
 
 def test_failover_plot_draws_every_stream_and_names_the_repetition(monkeypatch, tmp_path):
-    from hpnlab.traffic import report
+    from hpnlab.traffic.output import report
 
     res = json.loads((ROOT / "results" / "ablations" / "results.json").read_text())
     fig = _figure(monkeypatch, report.plot, res, tmp_path)
@@ -38,7 +38,7 @@ def test_failover_plot_draws_every_stream_and_names_the_repetition(monkeypatch, 
 def test_failover_plot_draws_every_repetition(monkeypatch, tmp_path):
     """A stalled repetition cannot hide: each repetition's workload is a line of its own, and the probes'
     band spans the repetitions (here the third delivered nothing in the fault)."""
-    from hpnlab.traffic import report
+    from hpnlab.traffic.output import report
 
     def run(k: int) -> dict:
         iters = [(t / 10, 40.0 if (k < 2 or not 2 <= t / 10 < 6) else 0.0) for t in range(100)]
@@ -58,7 +58,7 @@ def test_failover_plot_draws_every_repetition(monkeypatch, tmp_path):
 
 
 def test_load_balance_plot_draws_an_infinite_ratio(monkeypatch, tmp_path):
-    from hpnlab.traffic import bulk
+    from hpnlab.traffic.run import bulk
 
     res = json.loads((ROOT / "results" / "load-balance" / "results.json").read_text())
     fig = _figure(monkeypatch, bulk.plot, res, tmp_path)
@@ -75,7 +75,7 @@ def test_load_balance_plot_draws_an_infinite_ratio(monkeypatch, tmp_path):
 def test_timeline_plot_of_a_critical_path_past_the_kept_events(monkeypatch, tmp_path):
     """results.json keeps a fault's first 400 events: a long flapping's longest gap can come after them, its
     critical path on a node with no row in the picture (the plot raised KeyError and the run exited 1)."""
-    from hpnlab.traffic import timeline
+    from hpnlab.traffic.analysis import timeline
 
     kept = [{"t_ms": float(t), "node": "s0h0", "kind": "carrier", "what": "r0p0: carrier down"} for t in range(5)]
     path = [{"t_ms": 1759.0, "node": "s0r0", "kind": "carrier", "what": "h0p0: carrier down"},

@@ -3,8 +3,8 @@ share out of order and the reorder distance per stream, and their summary over r
 
 from __future__ import annotations
 
-from hpnlab.node.probe import FlowRx
-from hpnlab.traffic import measure, reorder
+from hpnlab.node.programs.probe import FlowRx
+from hpnlab.traffic.analysis import measure, reorder
 
 
 def _receive(arrivals: list[int]) -> dict:

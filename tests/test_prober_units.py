@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from hpnlab import probeplan, tomography
-from hpnlab.tomography import PathStat
-from hpnlab.traffic import experiment
+from hpnlab.instrument import probeplan, tomography
+from hpnlab.instrument.tomography import PathStat
+from hpnlab.traffic.run import experiment
 from tests.conftest import ROOT
 
 
@@ -134,7 +134,7 @@ def test_binomial_tail():
 
 # --- isolation guards ------------------------------------------------------------------------------------------
 def test_isolation_guards(cfgs):
-    from hpnlab.traffic.isolation import guard
+    from hpnlab.traffic.run.isolation import guard
 
     def g(lk, out=(), recent=(), n=1):
         return guard(cfgs, lk, set(out), list(recent), 100.0, n, 60.0)
@@ -151,7 +151,7 @@ def test_isolation_guards(cfgs):
 
 def test_isolation_settings_fail_with_one_line():
     from hpnlab.errors import SpecError
-    from hpnlab.traffic.isolation import Isolator
+    from hpnlab.traffic.run.isolation import Isolator
 
     for kw, msg in [({"acton": 1}, "isolation.acton: unknown setting"), ({"action": "cut"}, "isolation.action"),
                     ({"hold_s": 0}, "hold_s > 0")]:
@@ -162,7 +162,7 @@ def test_isolation_settings_fail_with_one_line():
 
 def test_prober_settings_fail_with_one_line(tmp_path):
     from hpnlab.errors import SpecError
-    from hpnlab.traffic.prober import Prober
+    from hpnlab.traffic.run.prober import Prober
 
     for kw, msg in [({"rat": 1}, "prober.rat: unknown setting"), ({"rate": 0}, "prober.rate")]:
         with pytest.raises(SpecError) as e:
@@ -188,7 +188,7 @@ def _lines(tmp_path, p, sent: dict, recv_of, t_rx=lambda dst: 1010.0) -> None:
 def test_prober_judges_the_node_programs_lines(cfgs, tmp_path):
     """The controller's accounting, from node-program lines written by hand: per path, sent minus received
     in complete buckets; two judgements in a row confirm the suspect, timestamped."""
-    from hpnlab.traffic.prober import Prober
+    from hpnlab.traffic.run.prober import Prober
 
     p = Prober(None, cfgs, tmp_path, rate=100, window_s=5, bucket_s=0.5, grace_s=1)
     chosen, p.coverage = probeplan.choose(_rows(cfgs), 2, probeplan.fabric_links(cfgs))
@@ -210,7 +210,7 @@ def test_a_receiver_that_reports_late_is_not_charged_with_loss(cfgs, tmp_path):
     """A receiver the machine did not run for a while has written its counts only up to some time: its
     paths' later buckets wait for it instead of counting every probe sent in them as lost (which named the
     access link into that receiver). What it has reported is judged as before."""
-    from hpnlab.traffic.prober import IN_FLIGHT_S, Prober
+    from hpnlab.traffic.run.prober import IN_FLIGHT_S, Prober
 
     p = Prober(None, cfgs, tmp_path, rate=100, window_s=5, bucket_s=0.5, grace_s=1)
     chosen, p.coverage = probeplan.choose(_rows(cfgs), 2, probeplan.fabric_links(cfgs))
@@ -241,7 +241,7 @@ def test_node_prober_on_loopback_counts_what_it_sends_and_receives(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(paths))
     out = tmp_path / "o.jsonl"
     port = 20000 + (abs(hash(str(tmp_path))) % 20000)
-    subprocess.run([sys.executable, "-m", "hpnlab.node.prober", "--paths", str(tmp_path / "p.json"), "--listen",
+    subprocess.run([sys.executable, "-m", "hpnlab.node.programs.prober", "--paths", str(tmp_path / "p.json"), "--listen",
                     "127.0.0.1", "--port", str(port), "--rate", "100", "--out", str(out), "--duration", "1.5",
                     "--interval", "0.25"], check=True, timeout=30, cwd=ROOT)
     lines = [json.loads(x) for x in out.read_text().splitlines()]

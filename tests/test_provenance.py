@@ -1,4 +1,4 @@
-"""results.json's provenance (hpnlab.provenance): what is read, "unknown" where it cannot be, never an
+"""results.json's provenance (hpnlab.instrument.provenance): what is read, "unknown" where it cannot be, never an
 error; the runner records it and --reanalyse keeps the run's own beside the re-analysing hpnlab."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hpnlab import provenance
-from hpnlab.traffic import experiment, runner
+from hpnlab.instrument import provenance
+from hpnlab.traffic import runner
+from hpnlab.traffic.run import experiment
 from tests.conftest import ROOT
 
 

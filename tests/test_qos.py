@@ -12,13 +12,14 @@ import sys
 
 import pytest
 
-from hpnlab import kernel
-from hpnlab import qos as qosspec
+from hpnlab.machine import kernel
+from hpnlab.model import qos as qosspec
 from hpnlab.errors import SpecError
-from hpnlab.node import linkstats, plan
+from hpnlab.node import plan
+from hpnlab.node import linkstats
 from hpnlab.node import qos
-from hpnlab.spec import parse_spec
-from hpnlab.traffic.experiment import node_configs
+from hpnlab.model.spec import parse_spec
+from hpnlab.traffic.run.experiment import node_configs
 
 SHAPED = {"links": {"access": {"rate_mbit": 40}, "uplink": {"rate_mbit": 20, "queue_kb": 64}}}
 EVERYTHING = {k: True for k in kernel.FEATURES}
@@ -176,8 +177,8 @@ def test_the_sampler_reads_each_queue_s_bytes_drops_and_backlog():
 def test_degrade_and_impair_s_restore_keep_a_port_s_queues():
     """A degraded port's queues take the lower rate and stay; what restores a port (degrade's revert,
     impair's clear) builds the same tree as the plan."""
-    from hpnlab import capacity
-    from hpnlab.traffic.faults import degrade
+    from hpnlab.model import capacity
+    from hpnlab.traffic.faults.link import degrade
 
     cfg = node_configs(spec(qos={"queues": 2}))["agg0-0"].plain()
     ifc = cfg["interfaces"][0]

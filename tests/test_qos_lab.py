@@ -4,7 +4,7 @@ queue carries >= 80 % of what the port sends; when the higher flow stops, the lo
 htb guarantees each queue a small rate (min_rate_pct), so the lower class also still gets something while
 the higher one is backlogged; prio and ets are pure strict priority, which guarantees no such thing (the
 lower class may get nothing, and its TCP may back off: the test waits for it to send again). prio and ets
-run where the kernel has the qdisc (hpnlab.kernel's check), and skip, saying so, where it does not. The
+run where the kernel has the qdisc (hpnlab.machine.kernel's check), and skip, saying so, where it does not. The
 queues' bytes are the port's per-queue counters (hpnlab.Lab.link_stats), read while the flows run, summed
 over the ToR's two ports to the receiver (its bond's members): the ToR forwards to a host out of the port its
 ARP entry was last learnt on, and that can change in the middle of a reading."""
@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from hpnlab.traffic import queuerates
+from hpnlab.traffic.analysis import queuerates
 from tests.lib.labs import _need_lab_machine, leftovers
 
 pytestmark = pytest.mark.root
@@ -50,7 +50,7 @@ def spec_of(scheduler: str) -> dict:
 def _flow(lab, tmp, src: str, dst: str, port: int, dscp: int) -> tuple:
     """A receiver on dst:port and one sender from src, both ends marked; (receiver, sender) processes."""
     py, ip = sys.executable, lab.host_ip(dst)
-    rx = lab.spawn(dst, [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip, "--port", str(port),
+    rx = lab.spawn(dst, [py, "-m", "hpnlab.node.programs.elephant", "serve", "--bind", ip, "--port", str(port),
                          "--duration", str(RUN_S + 10), "--dscp", str(dscp), "--out", str(tmp / f"rx-{port}.json")],
                    tmp / f"rx-{port}.log")
     # the sender connects once: it must find the receiver listening (a Python start-up, seconds in the VM)
@@ -58,7 +58,7 @@ def _flow(lab, tmp, src: str, dst: str, port: int, dscp: int) -> tuple:
     while not lab.exec(dst, "ss", "-Hltn", f"sport = :{port}").stdout.strip():
         assert rx.poll() is None and time.monotonic() < deadline, f"the receiver on {dst}:{port} never listened"
         time.sleep(0.1)
-    tx = lab.spawn(src, [py, "-m", "hpnlab.node.elephant", "send", "--src", lab.host_ip(src), "--port", str(port),
+    tx = lab.spawn(src, [py, "-m", "hpnlab.node.programs.elephant", "send", "--src", lab.host_ip(src), "--port", str(port),
                          "--flows", f"{ip}:{41000 + port % 100}", "--size", str(400 << 20), "--duration", str(RUN_S),
                          "--dscp", str(dscp), "--out", str(tmp / f"tx-{port}.json")], tmp / f"tx-{port}.log")
     return rx, tx
@@ -68,7 +68,7 @@ def _flow(lab, tmp, src: str, dst: str, port: int, dscp: int) -> tuple:
 def test_the_higher_class_takes_the_port_and_the_lower_one_gets_it_back(tmp_path, scheduler):
     _need_lab_machine()
     import hpnlab
-    from hpnlab import kernel
+    from hpnlab.machine import kernel
 
     if scheduler != "htb" and not kernel.has(scheduler):
         pytest.skip(f"qos.scheduler {scheduler}: kernel {kernel.release()} lacks the {scheduler} qdisc "

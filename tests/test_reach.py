@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from hpnlab.node import reach
+from hpnlab.node.programs import reach
 
 
 @pytest.fixture(autouse=True)

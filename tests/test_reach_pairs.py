@@ -1,4 +1,4 @@
-"""Which echoes a reachability round sends (hpnlab.verify.reach_pairs), root-free on rendered labs: every
+"""Which echoes a reachability round sends (hpnlab.lifecycle.verify.reach_pairs), root-free on rendered labs: every
 ordered pair on a small rail; on a large one each host is a source and a destination a bounded number of
 times, through its own ToR pair and across to every other set."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from hpnlab.models import NodeConfig
-from hpnlab.render import render
-from hpnlab.spec import parse_spec
-from hpnlab.topology import build
-from hpnlab.verify import REACH_ALL_PAIRS_MAX, reach_pairs
+from hpnlab.model.models import NodeConfig
+from hpnlab.generate.render import render
+from hpnlab.model.spec import parse_spec
+from hpnlab.model.topology import build
+from hpnlab.lifecycle.verify import REACH_ALL_PAIRS_MAX, reach_pairs
 
 
 def hosts_of(**size) -> list[NodeConfig]:

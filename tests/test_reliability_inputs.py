@@ -12,8 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hpnlab.errors import SpecError
-from hpnlab.spec import load_spec, parse_spec
-from hpnlab.traffic import experiment
+from hpnlab.model.spec import load_spec, parse_spec
+from hpnlab.traffic.run import experiment
 from tests.conftest import ROOT
 
 HPN = [sys.executable, "-m", "hpnlab.cli"]
@@ -183,7 +183,7 @@ def test_loss_after_a_repair_is_charged_to_the_fault_whose_window_it_began_in():
     """A gap that runs from one fault's repair into the next fault is counted once, by the fault it began
     in (the shipped ablations' 'lost after repair' of s1h1 included s0h0's black hole, which began at s0h0's
     fault: that one is s0h0's alone)."""
-    from hpnlab.traffic import measure
+    from hpnlab.traffic.analysis import measure
 
     interval = 0.004
     gap = measure.Gap(start=1.0, end=5.0, missing=999, interval=interval)  # silent from 1 s to 5 s

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpnlab.proc import pid_alive
+from hpnlab.machine.proc import pid_alive
 from tests.lib.labs import hpnlab, leftovers
 
 pytestmark = [pytest.mark.root, pytest.mark.hpnlab(spec="default", name="rel",

@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 import yaml
 
-from hpnlab.render import render, write
-from hpnlab.spec import load_spec, parse_spec
-from hpnlab.topology import build
+from hpnlab.generate.render import render, write
+from hpnlab.model.spec import load_spec, parse_spec
+from hpnlab.model.topology import build
 from tests.conftest import EXAMPLES
 
 SPECS = {

@@ -1,4 +1,4 @@
-"""report.html (hpnlab.traffic.htmlreport, `hpnlab report`): made from results.json, self-contained, and it
+"""report.html (hpnlab.traffic.output.htmlreport, `hpnlab report`): made from results.json, self-contained, and it
 works in a real browser: charts with data, the summary table, the replay colouring the failed link at the
 fault. Root-free but for the one real run at the end."""
 
@@ -15,7 +15,7 @@ import pytest
 from tests.browser import page, serve_file_url  # noqa: F401
 from tests.conftest import ROOT
 
-from hpnlab.traffic import htmlreport, report
+from hpnlab.traffic.output import htmlreport, report
 
 RESULTS = ROOT / "results"
 SHIPPED = RESULTS / "link-failure"  # 4 variants x 3 repetitions, one access link down at 2 s, repaired at 6 s

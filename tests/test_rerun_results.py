@@ -45,8 +45,8 @@ def test_the_worktrees_code_is_what_runs_and_it_is_the_commits_clean(tmp_path):
     try:
         shim = rerun.package_shim(tree, tmp_path / "shim")
         env = {**os.environ, "PYTHONPATH": str(shim)}
-        code = ("import json, hpnlab.traffic.policies as pol, hpnlab.provenance as p;"
-                "from hpnlab.traffic import experiment;"
+        code = ("import json, hpnlab.traffic.policies as pol, hpnlab.instrument.provenance as p;"
+                "from hpnlab.traffic.run import experiment;"
                 "print(json.dumps({'checkout': p.git_checkout(), 'dirty_paths': p.dirty_paths(),"
                 "'traffic': str(__import__('pathlib').Path(pol.__file__).resolve()),"
                 "'experiment': str(experiment.find('crux').resolve())}))")

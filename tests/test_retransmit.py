@@ -1,6 +1,6 @@
 """Flapping examined, without root: the hosts' TCP minimum RTO knob (spec tcp_rto_min_ms: validated, a
 sysctl in each host's plan and nowhere else, refused on a kernel without it) and the analysis that puts
-a workload's halts beside its connections' retransmission timer (hpnlab.traffic.retransmit)."""
+a workload's halts beside its connections' retransmission timer (hpnlab.traffic.analysis.retransmit)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from hpnlab import kernel
+from hpnlab.machine import kernel
 from hpnlab.errors import SpecError
 from hpnlab.node.plan import sysctls
-from hpnlab.render import render
-from hpnlab.spec import parse_spec
-from hpnlab.topology import build
-from hpnlab.traffic.retransmit import halts, parse_ss, retransmissions, returns, sending, timer_during
+from hpnlab.generate.render import render
+from hpnlab.model.spec import parse_spec
+from hpnlab.model.topology import build
+from hpnlab.traffic.analysis.retransmit import halts, parse_ss, retransmissions, returns, sending, timer_during
 
 KEY = "net.ipv4.tcp_rto_min_us"
 EVERYTHING = {k: True for k in kernel.FEATURES}

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from hpnlab.traffic.retransmit import parse_ss
+from hpnlab.traffic.analysis.retransmit import parse_ss
 from tests.lib.labs import owned_lab
 
 LAB = "rto"

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import experiment, reorder, rings, workloads
+from hpnlab.traffic import workloads
+from hpnlab.traffic.run import experiment
+from hpnlab.traffic.analysis import reorder, rings
 from hpnlab.traffic.runner import launch_plan
 from tests.conftest import ROOT
 

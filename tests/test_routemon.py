@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from hpnlab.traffic import routemon
+from hpnlab.traffic.run import routemon
 
 
 def test_watcher_lines_parse_like_ip_monitor_lines():

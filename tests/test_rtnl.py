@@ -103,7 +103,7 @@ def test_writes_and_dumps_against_the_kernel():
 
 STALE_DUMP = textwrap.dedent("""
     import subprocess, time
-    from hpnlab.node.tor import TorAgent
+    from hpnlab.node.agents.tor import TorAgent
 
     def ip(*a):
         subprocess.run(["ip", *a], check=True, capture_output=True, text=True)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import experiment, runjobs
+from hpnlab.traffic.run import experiment, runjobs
 from hpnlab.traffic.workloads import jobs as jobsmod
 
 REPO = Path(__file__).resolve().parents[1]

@@ -89,7 +89,7 @@ def _env_for(runtime: str, docker_engine_fixture, sim_dir: Path) -> dict:
         _build_images(None)
     elif runtime == "docker":
         docker_engine_fixture()
-        from hpnlab import containers as images
+        from hpnlab.runtime import containers as images
 
         if not images.image_exists(images.BASE_TAG):
             r = subprocess.run([sys.executable, "-m", "hpnlab.cli", "images", "base"], capture_output=True,
@@ -246,7 +246,7 @@ def test_containerlab_deploy_alone_gives_a_lab_attach_finds_healthy(rtlab, tmp_p
         res = json.loads(rtlab.hpnlab("attach", str(topo), "--json", timeout=300).stdout)
         assert res["ok"] is True and res["lab"] == "rta"
         boot = json.loads((out / "s0r0a" / "run" / "boot.json").read_text())
-        assert boot["done"] and [s["step"] for s in boot["steps"]][-1] == "agent hpnlab.node.tor"
+        assert boot["done"] and [s["step"] for s in boot["steps"]][-1] == "agent hpnlab.node.agents.tor"
         assert rtlab.hpnlab("verify", "--lab", "rta").returncode == 0
         again = rtlab.hpnlab("attach", str(topo), check=False)
         assert again.returncode == 1 and "already known" in again.stderr

@@ -1,4 +1,4 @@
-"""The slip guard (hpnlab.node.slip in the agents, hpnlab.traffic.slip in the controller): the longest interval
+"""The slip guard (hpnlab.node.slip in the agents, hpnlab.traffic.analysis.slip in the controller): the longest interval
 between a stream's packets against the detection time in force, FRR's late-thread warnings, and the
 verdict. No root."""
 
@@ -8,13 +8,13 @@ import json
 import struct
 import time
 
-from hpnlab.models import NodeConfig
+from hpnlab.model.models import NodeConfig
 from hpnlab.node import slip as node_slip
-from hpnlab.render import render
-from hpnlab.spec import parse_spec
-from hpnlab.topology import build
+from hpnlab.generate.render import render
+from hpnlab.model.spec import parse_spec
+from hpnlab.model.topology import build
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import slip
+from hpnlab.traffic.analysis import slip
 
 
 def _cfgs(spec):

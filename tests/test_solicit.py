@@ -1,4 +1,4 @@
-"""Router Solicitations as the lab sends them (hpnlab.node.solicit): the bytes as scapy decodes them, and,
+"""Router Solicitations as the lab sends them (hpnlab.node.agents.solicit): the bytes as scapy decodes them, and,
 as root, one sent from a namespace as it arrives at the other end of a veth; and the deploy's wait for the
 ToRs to learn their aggs' addresses before it lets the aggs learn theirs (Runtime.open_fabric)."""
 
@@ -13,7 +13,7 @@ import pytest
 from scapy.layers.inet6 import ICMPv6ND_RS, IPv6
 from scapy.layers.l2 import Ether
 
-from hpnlab.node import solicit
+from hpnlab.node.agents import solicit
 
 
 def test_the_solicitation_is_an_icmpv6_router_solicitation():

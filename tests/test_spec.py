@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.spec import load_spec, parse_spec
+from hpnlab.model.spec import load_spec, parse_spec
 from tests.conftest import EXAMPLES
 from tests.lib.specs import BAD
 

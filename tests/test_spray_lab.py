@@ -3,7 +3,7 @@ one ToR each, two aggs (Clos), 20 Mbit/s uplinks and 50 Mbit/s host links, hosts
 
 One TCP flow from s0h0 to s1h0: s0r0 sends its packets alternately over agg0-0 and agg0-1 (the uplinks'
 packet counters within 10 % of each other), and the flow's goodput exceeds one path's 20 Mbit/s, which
-per-flow hashing cannot (one flow, one path). The sender's reordering figures (hpnlab.traffic.reorder)
+per-flow hashing cannot (one flow, one path). The sender's reordering figures (hpnlab.traffic.analysis.reorder)
 are printed, not judged beyond being there: they are what spraying costs, and results/dlb reports them.
 Then the per-uplink tables follow BGP: a session shut on s0r0 turns that uplink's routes into throws
 (its packets take the main table's surviving next hop) and the session's return brings them back.
@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from hpnlab.proc import run
-from hpnlab.traffic import reorder
+from hpnlab.machine.proc import run
+from hpnlab.traffic.analysis import reorder
 from tests.lib.labs import owned_lab
 
 PATH_MBIT = 20
@@ -59,14 +59,14 @@ def test_one_flow_crosses_both_paths_evenly_and_beats_one_path(lab, tmp_path):
     lab.wait_for(lambda: all(f"{FAR} via" in table(lab, "s0r0", 101 + k) and ups[k] in table(lab, "s0r0", 101 + k)
                              for k in range(2)), timeout=20, what="s0r0's per-uplink tables hold the far set")
     src, dst = lab.host_ip("s0h0"), lab.host_ip("s1h0")
-    serve = lab.spawn("s1h0", [sys.executable, "-m", "hpnlab.node.elephant", "serve", "--bind", dst, "--port", "5300",
+    serve = lab.spawn("s1h0", [sys.executable, "-m", "hpnlab.node.programs.elephant", "serve", "--bind", dst, "--port", "5300",
                                "--duration", "40", "--out", str(tmp_path / "serve.json")], tmp_path / "serve.log")
     try:
         # the receiver listens before the sender connects
         lab.wait_for(lambda: ":5300" in lab.exec("s1h0", "ss", "-Hltn").stdout, timeout=10, what="receiver listening")
         before = tx_packets(lab, "s0r0", ups)
         snd0, rcv0 = nstat(lab, "s0h0"), nstat(lab, "s1h0")
-        r = lab.exec("s0h0", sys.executable, "-m", "hpnlab.node.elephant", "send", "--src", src, "--flows", f"{dst}:20001",
+        r = lab.exec("s0h0", sys.executable, "-m", "hpnlab.node.programs.elephant", "send", "--src", src, "--flows", f"{dst}:20001",
                      "--size", str(SIZE), "--duration", "30", "--out", "-", timeout=45, check=True)
         after = tx_packets(lab, "s0r0", ups)
         fig = reorder.figures((snd0, nstat(lab, "s0h0")), (rcv0, nstat(lab, "s1h0")))

@@ -8,12 +8,14 @@ import json
 
 import pytest
 
-from hpnlab import kernel, render
+from hpnlab.machine import kernel
+from hpnlab.generate import render
 from hpnlab.errors import SpecError
-from hpnlab.node import plan, spray
-from hpnlab.spec import parse_spec
-from hpnlab.topology import build
-from hpnlab.traffic import reorder
+from hpnlab.node import plan
+from hpnlab.node.agents import spray
+from hpnlab.model.spec import parse_spec
+from hpnlab.model.topology import build
+from hpnlab.traffic.analysis import reorder
 
 TWO_PATHS = {"name": "sp", "hosts_per_segment": 1, "rails": 1, "access": "single-tor", "tier2": "clos",
              "aggs_per_plane": 2, "links": {"uplink": {"rate_mbit": 20}}, "multipath": {"mode": "spray"},
@@ -119,7 +121,7 @@ def test_reordering_figures_from_nstat():
 def test_spray_weighted_sprays_each_destination_in_the_shares_of_fares_weights():
     c = cfgs({**TWO_PATHS, "multipath": {"mode": "spray-weighted"}})
     assert c["s0r0"]["multipath"]["mode"] == "spray-weighted"
-    assert c["agg0-0"]["multipath"]["mode"] == "fare" and plan.agent_module(c["agg0-0"]) == "hpnlab.node.fare"
+    assert c["agg0-0"]["multipath"]["mode"] == "fare" and plan.agent_module(c["agg0-0"]) == "hpnlab.node.agents.fare"
     main = json.loads(json.dumps(MAIN))
     main[2]["nexthops"][0]["weight"], main[2]["nexthops"][1]["weight"] = 80, 20  # FRR 8.4: 20 vs 5 Mbit/s
     rules = spray.weighted_rules(main, ["agg0-0", "agg0-1"], ["h0p0", "h0p1"])

@@ -63,7 +63,7 @@ def test_dataplane_dead_primary_takes_the_whole_set_down(lab):
 
 
 def test_peer_link_down_shuts_the_secondary_and_verify_says_so(lab):
-    from hpnlab.verify import check_agents
+    from hpnlab.lifecycle.verify import check_agents
 
     with lab.fault("peer-link-down", node="s0r0a"):
         lab.wait_for(lambda: _stack(lab, "s0r0b")["shut"] or None, timeout=5)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from hpnlab import orchestrate
+from hpnlab.lifecycle import orchestrate
 from hpnlab.errors import SpecError, StateError
-from hpnlab.models import LabState
+from hpnlab.model.models import LabState
 from hpnlab.runtime import base
 
 

@@ -1,4 +1,4 @@
-"""The agents' status file (hpnlab.node.agent.StatusFile): what it holds is what status, verify and the
+"""The agents' status file (hpnlab.node.agents.agent.StatusFile): what it holds is what status, verify and the
 timeline read, however it is written (root-free)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hpnlab.node import agent
+from hpnlab.node.agents import agent
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-from hpnlab.traffic import report
+from hpnlab.traffic.output import report
 
 RESULTS = ROOT / "results"
 NOT_YET: dict[str, str] = {

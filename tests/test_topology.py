@@ -6,8 +6,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from hpnlab.spec import load_spec, parse_spec
-from hpnlab.topology import IFNAMSIZ, build, check_interface_names, summary
+from hpnlab.model.spec import load_spec, parse_spec
+from hpnlab.model.topology import IFNAMSIZ, build, check_interface_names, summary
 from tests.conftest import EXAMPLES
 
 

@@ -33,7 +33,7 @@ def lab(hpnlab_lab):
 
 
 def _rt_cfgs(lab):
-    from hpnlab.orchestrate import open_lab
+    from hpnlab.lifecycle.orchestrate import open_lab
 
     return open_lab(lab)
 
@@ -63,14 +63,14 @@ def _fault_traces(lab) -> list[str]:
 def test_probe_pair_delivers_every_packet_and_holds_its_rate(lab, tmp_path):
     """Steady state: no loss, no duplicates; the rate is checked loosely here (bench/probe_rate.py measures it)."""
     t0 = time.time() + 0.7
-    rx = subprocess.Popen(["ip", "netns", "exec", f"{lab}-s1h0", sys.executable, "-m", "hpnlab.node.probe", "recv",
+    rx = subprocess.Popen(["ip", "netns", "exec", f"{lab}-s1h0", sys.executable, "-m", "hpnlab.node.programs.probe", "recv",
                            "--bind", "10.0.2.2", "--port", "9100", "--duration", "3.5", "--start-at", str(t0),
                            "--out", str(tmp_path / "rx.json")], cwd=ROOT)
-    nsexec(lab, "s0h0", sys.executable, "-m", "hpnlab.node.probe", "send", "--src", "10.0.0.2", "--dst", "10.0.2.2",
+    nsexec(lab, "s0h0", sys.executable, "-m", "hpnlab.node.programs.probe", "send", "--src", "10.0.0.2", "--dst", "10.0.2.2",
            "--dport", "9100", "--flows", "32", "--rate", "100", "--duration", "2", "--start-at", str(t0),
            "--out", str(tmp_path / "tx.json"), check=True, timeout=20)
     rx.wait(timeout=20)
-    from hpnlab.traffic import measure
+    from hpnlab.traffic.analysis import measure
 
     tx, rxr = json.loads((tmp_path / "tx.json").read_text()), json.loads((tmp_path / "rx.json").read_text())
     flows = measure.flows_of("s", tx, rxr)
@@ -195,7 +195,7 @@ def test_fail_command_holds_then_clears(lab):
     assert _fault_traces(lab) == []
     r = hpnlab("fail", "link-down", "s1h0", "r0p1", "--for", "0.5", "--lab", lab)
     assert "reverted: link-down s1h0:r0p1" in r.stderr and _fault_traces(lab) == []
-    from hpnlab.verify import complete, verify
+    from hpnlab.lifecycle.verify import complete, verify
 
     rt, cfgs = _rt_cfgs(lab)
     assert poll(lambda: complete(verify(rt, cfgs)), 60, 0.5)
@@ -297,7 +297,7 @@ def test_run_interrupted_reverts_faults_and_removes_the_lab(tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert leftovers("xp0") == [] and not any(x for x in _fault_traces("xp0"))
-    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and "hpnlab.node.probe" in
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and "hpnlab.node.programs.probe" in
                 Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
                 if Path(f"/proc/{pid}/cmdline").exists()]
 

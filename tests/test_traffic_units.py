@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from hpnlab.errors import SpecError
-from hpnlab.node import probe
-from hpnlab.traffic import experiment, faults, measure, routemon
+from hpnlab.node.programs import probe
+from hpnlab.traffic import faults
+from hpnlab.traffic.run import experiment, routemon
+from hpnlab.traffic.analysis import measure
 from hpnlab.traffic.runner import launch_plan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -240,7 +242,8 @@ def test_fault_cable_with_two_ports():
 def test_the_alltoall_plan_sends_every_host_to_every_other():
     from pathlib import Path
 
-    from hpnlab.traffic import experiment, workloads
+    from hpnlab.traffic import workloads
+    from hpnlab.traffic.run import experiment
 
     exp = experiment.load(experiment.find("link-failure"), ["dual-tor-clos"], 1, None)
     plan = exp.plans[0]
@@ -258,7 +261,7 @@ def test_each_workload_kind_takes_only_its_own_keys(tmp_path):
     """The parameter model is the kind's (traffic/workloads/<kind>.py): a key of another kind is one line
     naming the key and the kind, and each kind has its own defaults (elephant: placed by hash)."""
     from hpnlab.errors import SpecError
-    from hpnlab.traffic import experiment
+    from hpnlab.traffic.run import experiment
 
     def load(workload: dict):
         p = tmp_path / "w.yml"
@@ -291,7 +294,7 @@ def test_every_shipped_allreduce_names_its_placement():
 def test_progress_is_one_display_and_takes_a_plain_callable(capsys):
     """Library callers may pass any callable(str): it gets the phase lines, never a bar; the default
     display stamps lines with the elapsed time on stderr and keeps stdout clean."""
-    from hpnlab.progress import Progress, as_progress
+    from hpnlab.machine.progress import Progress, as_progress
 
     got: list[str] = []
     p = as_progress(got.append)
@@ -311,7 +314,7 @@ def test_a_fault_recorded_keeps_what_another_process_wrote_meanwhile(tmp_path):
     lost it, and `impair --clear` no longer found the impairment)."""
     from types import SimpleNamespace
 
-    from hpnlab.models import FaultRecord
+    from hpnlab.model.models import FaultRecord
     from hpnlab.runtime.base import State
     from hpnlab.traffic import faults
 

@@ -173,7 +173,7 @@ def _shell(command: str, env: dict, scratch: Path) -> subprocess.CompletedProces
 
 
 def _take_down(env: dict) -> None:
-    from hpnlab.orchestrate import leftovers
+    from hpnlab.lifecycle.orchestrate import leftovers
 
     for name in [LAB, *(f"{PREFIX}{i}" for i in range(8))]:
         if leftovers(name):
@@ -184,7 +184,7 @@ def _take_down(env: dict) -> None:
 @pytest.mark.root
 def test_the_tutorial_runs_as_written(tmp_path):
     from tests.lib.labs import _need_lab_machine
-    from hpnlab.orchestrate import leftovers
+    from hpnlab.lifecycle.orchestrate import leftovers
 
     _need_lab_machine()
     scratch = tmp_path / "tutorial"

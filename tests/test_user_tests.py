@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hpnlab import frr
-from hpnlab.proc import is_node_process, processes
+from hpnlab.generate import frr
+from hpnlab.machine.proc import is_node_process, processes
 from tests.conftest import ROOT
 from tests.lib.labs import _need_lab_machine
 

@@ -1,4 +1,4 @@
-"""hpnlab.vty speaks the daemon side of FRR's vtysh socket (lib/vty.c, vtysh_read): a command line ending in
+"""hpnlab.machine.vty speaks the daemon side of FRR's vtysh socket (lib/vty.c, vtysh_read): a command line ending in
 NUL goes in; the output, then three NULs and the return code, come back. A fake daemon on a Unix socket
 answers the way FRR 8.4's does, so the client's framing, errors and timeouts are tested without root."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpnlab import vty
+from hpnlab.machine import vty
 
 
 def fake_daemon(path: Path, answer: bytes, code: int = 0, split: int = 0, delay: float = 0.0,

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from hpnlab.picture import link_id
+from hpnlab.generate.picture import link_id
 from hpnlab.traffic import faults
 from hpnlab.watch import topology_of
 from tests.browser import page  # noqa: F401

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import time
 
-from hpnlab import fabricstate as fs
+from hpnlab.lifecycle import fabricstate as fs
 from hpnlab.node.reports import Live
-from hpnlab.traffic import live
+from hpnlab.traffic.run import live
 from hpnlab.watch import node_delta
 
 A = fs.LinkInfo("s0h0:r0p0|s0r0a:h0p0", (("s0h0", "r0p0"), ("s0r0a", "h0p0")), "access", False)
@@ -181,7 +181,7 @@ def test_the_page_ships_in_the_package_with_every_placeholder():
 def test_a_fault_makes_only_its_node_and_peers_asked():
     from types import SimpleNamespace
 
-    from hpnlab.topology import End, Link
+    from hpnlab.model.topology import End, Link
 
     links = [Link(End("s0h0", "r0p0", ""), End("s0r0a", "h0p0", ""), "access"),
              Link(End("s0r0a", "agg0-0", ""), End("agg0-0", "s0r0a", ""), "uplink"),

@@ -16,18 +16,23 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hpnlab import dilation, kernel, lateness, provenance, runtime as runtimes
+from hpnlab import runtime as runtimes
+from hpnlab.model import dilation
+from hpnlab.machine import kernel
+from hpnlab.instrument import lateness, provenance
 from hpnlab.api import Lab, Unhealthy
 from hpnlab.errors import RuntimeFailure, SpecError
-from hpnlab.proc import kill_pids
-from hpnlab.progress import Progress, as_progress
-from hpnlab.signals import shielded
+from hpnlab.machine.proc import kill_pids
+from hpnlab.machine.progress import Progress, as_progress
+from hpnlab.machine.signals import shielded
 from hpnlab.traffic import faults as faultmod
-from hpnlab.traffic import (graywatch, grayfigures, htmlreport, measure, nodebytes, outputs, reorder, report, routemon,
-                            slip, timeline, workloads)
-from hpnlab.traffic.experiment import Experiment, Plan
-from hpnlab.traffic.live import Publisher
-from hpnlab.traffic.summarytext import own_kind, summary, workload_of  # noqa: F401  (runner.summary, as before)
+from hpnlab.traffic import workloads
+from hpnlab.traffic.run import graywatch, nodebytes, routemon
+from hpnlab.traffic.analysis import grayfigures, measure, reorder, slip, timeline
+from hpnlab.traffic.output import htmlreport, outputs, report
+from hpnlab.traffic.run.experiment import Experiment, Plan
+from hpnlab.traffic.run.live import Publisher
+from hpnlab.traffic.output.summarytext import own_kind, summary, workload_of  # noqa: F401  (runner.summary, as before)
 from hpnlab.traffic.workloads import probe
 from hpnlab.traffic.workloads.base import START_SLACK  # t0 is this long after the processes are launched
 
@@ -133,7 +138,7 @@ class Repetition:
                         self.watch.repaired(f)
             if now >= end or (not pending and not active and workloads.get(self.plan.workload.kind).done(self.procs)):
                 break
-            live.tick()  # the live view's line, once a second (hpnlab.traffic.live)
+            live.tick()  # the live view's line, once a second (hpnlab.traffic.run.live)
             note = ", ".join(f.label for f in active) or "no fault active"
             self.progress.bar(self.label, max(0.0, now - t0), self.duration, note)
             self._check_procs()
@@ -205,7 +210,7 @@ def collect(rep: dict, plan: Plan, run_dir: Path) -> dict:
                                    _json_or_empty(run_dir / "nodebytes.json"))
     tcp = reorder.of_run(_json_or_empty(run_dir / "tcpstats.json"))  # none in a run from before it was read
     keepers = _json_or_empty(run_dir / "spray.json")
-    # gray faults' figures, and the prober's where the variant ran it (prober.json, hpnlab.traffic.graywatch)
+    # gray faults' figures, and the prober's where the variant ran it (prober.json, hpnlab.traffic.run.graywatch)
     grayfigures.add_to_run(res, rep, _json_or_empty(run_dir / "prober.json"), workload,
                            plan.cfgs if plan is not None else {})
     gaps = _json_or_empty(run_dir / "gaps.json")  # none in a run from before the slip guard
@@ -236,7 +241,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
                    up_timeout: float | None = None) -> dict:
     """Every variant in turn; a variant that fails is reported as such and the others still run.
     ``up_timeout``: seconds a variant's lab may take to come up healthy (default: the file's ``up_timeout``).
-    ``progress``: a ``hpnlab.progress.Progress`` (phase lines and, on a terminal, a bar) or any callable(str)."""
+    ``progress``: a ``hpnlab.machine.progress.Progress`` (phase lines and, on a terminal, a bar) or any callable(str)."""
     progress = as_progress(progress)
     refuse_on_this_kernel(exp, runtime)
     out.mkdir(parents=True, exist_ok=True)
@@ -276,7 +281,7 @@ def run_experiment(exp: Experiment, out: Path, runtime: str, progress: Progress 
 
 
 def refuse_on_this_kernel(exp: Experiment, runtime: str) -> None:
-    """Before any lab: a variant this kernel cannot run (hpnlab.kernel) refuses the whole run in one line;
+    """Before any lab: a variant this kernel cannot run (hpnlab.machine.kernel) refuses the whole run in one line;
     so does a workload's TCP congestion control the kernel neither has nor can load."""
     if not runtimes.get(runtime).shares_kernel:
         return
@@ -307,7 +312,7 @@ def variant_record(plan: Plan) -> dict:
             "access": plan.spec.access, "tier2": plan.spec.tier2,
             "mechanisms": plan.spec.mechanisms.model_dump(), "bfd": plan.spec.bfd.model_dump(),
             "duration": plan.duration, "time_dilation": plan.spec.time_dilation,
-            # the timers in force beside the spec's, and what runs at 1:1 whatever the factor (hpnlab.dilation)
+            # the timers in force beside the spec's, and what runs at 1:1 whatever the factor (hpnlab.model.dilation)
             "dilation": dilation.timers(plan.spec),
             "multipath": plan.spec.multipath.model_dump(), "links": plan.spec.links.model_dump(),
             "congestion": congestion_record(plan, []), "faults_planned": [f.to_dict() for f in plan.faults],
@@ -315,14 +320,14 @@ def variant_record(plan: Plan) -> dict:
 
 
 def fault_figures(runs: list[dict], plan: Plan) -> list[dict]:
-    """Per fault over the repetitions (hpnlab.traffic.report.aggregate, read back by the variant's time
-    dilation), each with its detector and which part of its split is a dilated timer's (hpnlab.dilation)."""
+    """Per fault over the repetitions (hpnlab.traffic.output.report.aggregate, read back by the variant's time
+    dilation), each with its detector and which part of its split is a dilated timer's (hpnlab.model.dilation)."""
     faults = report.aggregate(runs, plan.spec.time_dilation) if runs else []
     return dilation.annotate(faults, plan.faults, plan.cfgs, plan.spec)
 
 
 def slip_record(v: dict, runs: list[dict]) -> None:
-    """The slip guard over the variant's repetitions (hpnlab.traffic.slip), where they have its record."""
+    """The slip guard over the variant's repetitions (hpnlab.traffic.analysis.slip), where they have its record."""
     s = slip.aggregate(runs)
     if s:
         v["slip"] = s

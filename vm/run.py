@@ -162,7 +162,7 @@ def source_tar(dest: Path) -> int:
                 tar.add(p, arcname=f.decode(), recursive=False)
                 n += 1
         # the tar has no .git: the commit it was made from goes with it, for the VM's results' provenance
-        # (hpnlab.provenance reads this file where git cannot answer)
+        # (hpnlab.instrument.provenance reads this file where git cannot answer)
         stamp = json.dumps(source_commit()).encode()
         info = tarfile.TarInfo(".hpnlab-source.json")
         info.size, info.mtime = len(stamp), int(time.time())
@@ -171,7 +171,7 @@ def source_tar(dest: Path) -> int:
 
 
 def source_commit() -> dict:
-    """{commit, dirty} of this checkout (dirty: tracked files differ from the commit), as hpnlab.provenance
+    """{commit, dirty} of this checkout (dirty: tracked files differ from the commit), as hpnlab.instrument.provenance
     reports a checkout; "unknown" where git cannot say."""
     def git(*argv: str) -> str | None:
         r = subprocess.run(["git", "-C", str(ROOT), *argv], capture_output=True, text=True)

@@ -8,7 +8,8 @@ import sys
 import textwrap
 import time
 
-from hpnlab import __version__, signals
+from hpnlab import __version__
+from hpnlab.machine import signals
 from hpnlab.cli import images, labcmds, trafficcmds
 from hpnlab.errors import HpnlabError, SpecError
 
@@ -75,21 +76,22 @@ def _print_json(obj) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from hpnlab import render, spec, topology
+    from hpnlab.generate import render
+    from hpnlab.model import spec, topology
 
     t0 = time.monotonic()
     sp = spec.load_spec(args.spec)
     topo = topology.build(sp)
     files = render.render(topo)
     if args.target == "c9s":
-        from hpnlab import c9s
+        from hpnlab.generate import c9s
 
         files.update(c9s.export(files, topo, args.c9s_api, args.namespace, force_nodes=args.c9s_nodes,
                                 registry=args.registry))
     elif args.c9s_api != "c9s.run" or args.namespace or args.c9s_nodes or args.registry:
         raise SpecError("--c9s-api, --namespace, --c9s-nodes and --registry go with --target c9s")
     if args.hosts is not None or args.host_addrs:
-        from hpnlab import multihost
+        from hpnlab.generate import multihost
 
         addrs = [a for a in (args.host_addrs or "").split(",") if a] or None
         files.update(multihost.split(files, topo, args.hosts or len(addrs or []), addrs))
@@ -101,7 +103,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 0
     print(f"hpnlab: wrote {len(files)} files for lab '{topo.name}' to {out} in {summ['seconds']} s")
     if args.summary:
-        from hpnlab.calc import path_search
+        from hpnlab.model.calc import path_search
 
         ps = path_search(sp)
         print(f"  {summ['hosts']} hosts ({summ['gpus']} GPUs at {sp.rails} rails), {summ['tors']} ToRs in "
@@ -124,7 +126,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_calc(args: argparse.Namespace) -> int:
-    from hpnlab import calc
+    from hpnlab.model import calc
 
     rep = calc.report()
     if args.json:

@@ -1,13 +1,13 @@
-"""``hpnlab images build|base|list``: the node images for --runtime clab (the work is hpnlab.containers)."""
+"""``hpnlab images build|base|list``: the node images for --runtime clab (the work is hpnlab.runtime.containers)."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from hpnlab import containers
-from hpnlab.progress import Progress
-from hpnlab.containers import IMAGES
+from hpnlab.runtime import containers
+from hpnlab.machine.progress import Progress
+from hpnlab.runtime.containers import IMAGES
 
 
 def cmd(args) -> int:

@@ -1,4 +1,4 @@
-"""Lab subcommands: up, down, status, verify, exec, shell. Each parses, calls hpnlab.orchestrate, prints."""
+"""Lab subcommands: up, down, status, verify, exec, shell. Each parses, calls hpnlab.lifecycle.orchestrate, prints."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import json
 import os
 import sys
 
-from hpnlab import addresses, nodestate, runtime as runtimes, verify
+from hpnlab import runtime as runtimes
+from hpnlab.model import addresses
+from hpnlab.lifecycle import nodestate, verify
 from hpnlab.errors import RuntimeFailure, SpecError
-from hpnlab.models import NodeConfig
-from hpnlab.orchestrate import adopt, bring_up, need_root, open_lab, resolve_lab, tear_down, wait_healthy
-from hpnlab.progress import Progress
+from hpnlab.model.models import NodeConfig
+from hpnlab.lifecycle.orchestrate import adopt, bring_up, need_root, open_lab, resolve_lab, tear_down, wait_healthy
+from hpnlab.machine.progress import Progress
 from hpnlab.runtime.base import Runtime, running_labs, state_dir
-from hpnlab.spec import load_spec
+from hpnlab.model.spec import load_spec
 
 
 def print_checks(checks: list[dict], out=sys.stdout) -> None:
@@ -53,13 +55,13 @@ def up(args) -> int:
 
 def doctor(args) -> int:
     """What this kernel offers a lab: every feature, and for the spec what the lab would do without it."""
-    from hpnlab import kernel
+    from hpnlab.machine import kernel
 
     spec = load_spec(args.spec)
     need_root("hpnlab doctor")  # the qdisc and nftables probes create them in a throw-away namespace
     have = kernel.probe_all()
     rows = kernel.report(have)
-    from hpnlab import netdefaults
+    from hpnlab.model import netdefaults
 
     found = kernel.assess(spec, have, shared=netdefaults.read_shared(), held=kernel.lab_held())
     if args.json:

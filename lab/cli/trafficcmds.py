@@ -8,13 +8,16 @@ import sys
 import time
 from pathlib import Path
 
-from hpnlab import machineload
+from hpnlab.instrument import machineload
 from hpnlab import runtime as runtimes
 from hpnlab.errors import RuntimeFailure, SpecError
-from hpnlab.orchestrate import need_root, open_lab, resolve_lab
-from hpnlab.progress import Progress
-from hpnlab.signals import shielded
-from hpnlab.traffic import compare, experiment, faults, faultwatch, htmlreport, impair, nodetools, runner
+from hpnlab.lifecycle.orchestrate import need_root, open_lab, resolve_lab
+from hpnlab.machine.progress import Progress
+from hpnlab.machine.signals import shielded
+from hpnlab.traffic import faults, runner
+from hpnlab.traffic.analysis import compare
+from hpnlab.traffic.run import experiment, faultwatch, impair, nodetools
+from hpnlab.traffic.output import htmlreport
 
 
 HEAL_WATCH_S = 30.0  # fail --watch: how long after the revert it waits for the lab's state from before the fault
@@ -134,7 +137,7 @@ def health_cmd(args) -> int:
     """Probe the running lab for --for seconds with the black-box prober; per link: its loss bound, how
     many probed paths cross it; the suspects; with --isolate, the isolations made (and undone at the end)."""
     from hpnlab.api import Lab
-    from hpnlab.traffic.isolation import Isolator
+    from hpnlab.traffic.run.isolation import Isolator
 
     if not 2 <= args.hold <= 3600:
         raise SpecError("health --for: give 2 to 3600 seconds")

@@ -3,7 +3,7 @@ nftables ruleset per node, computed from the node's node.json alone.
 
 Pure functions with only the standard library, so the same plan is applied by every runtime from outside
 (``ip netns exec``, /run/netns links of containers) and by a node configuring itself at boot
-(hpnlab.node.boot, inside a container image that carries only hpnlab.node); tests read it without root.
+(hpnlab.node.agents.boot, inside a container image that carries only hpnlab.node); tests read it without root.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ NFT_TABLE = "hpnlab"
 RA_HOLD_TABLE = "hpnlab_ra_hold"  # a ToR's Router Advertisements, held back while the lab starts
 SPRAY_RULE_PREF = 110  # its rule: after table 10's (pref 100)
 FABRIC_KINDS = ("uplink", "core")  # a router's interfaces with a BGP unnumbered session
-# Sysctls a plan sets that older kernels lack -> the feature (hpnlab.kernel) that brings them: a node
+# Sysctls a plan sets that older kernels lack -> the feature (hpnlab.machine.kernel) that brings them: a node
 # leaves them out where its kernel has no such file, and says so.
 OPTIONAL_SYSCTLS = {"net.ipv4.fib_multipath_hash_seed": "hash-seed",   # Linux 6.11
                     "net.ipv4.fib_multipath_hash_fields": "hash-fields"}  # Linux 5.14
@@ -40,7 +40,7 @@ NEIGH_TIMERS = {"base_reachable_time_ms": 30000, "retrans_time_ms": 1000, "delay
 
 
 def sysctls(cfg: dict, skip: frozenset[str] | set[str] | list[str] = ()) -> dict[str, int | str]:
-    """Every sysctl of the node, less ``skip``: keys this kernel lacks (hpnlab.kernel.assess decides)."""
+    """Every sysctl of the node, less ``skip``: keys this kernel lacks (hpnlab.machine.kernel.assess decides)."""
     out = {k: v for k, v in cfg["sysctls"].items() if k not in skip}
     if cfg["role"] != "host":
         # BGP unnumbered speaks over each fabric link's IPv6 link-local address, and zebra sends and learns
@@ -157,7 +157,7 @@ def spray_uplinks(cfg: dict) -> list[str]:
 
 def spray_rules(cfg: dict) -> list[str]:
     """A spraying ToR's policy rules: a packet marked for uplink k looks up uplink k's table (after table 10,
-    so the ToR's own hosts are reached directly; hpnlab.node.spray fills the tables)."""
+    so the ToR's own hosts are reached directly; hpnlab.node.agents.spray fills the tables)."""
     return [f"rule add pref {SPRAY_RULE_PREF + k} fwmark {SPRAY_TABLE + k} lookup {SPRAY_TABLE + k}"
             for k in range(len(spray_uplinks(cfg)))]
 
@@ -257,10 +257,10 @@ def agent_module(cfg: dict, driver: str = "userspace") -> str | None:
     kernel bond the bond host agent (ARP announcements and the bonds' state only), and with FARE an
     agg's weight keeper."""
     if cfg["role"] == "host":
-        return "hpnlab.node.bondhost" if driver == "bond" else "hpnlab.node.host"
+        return "hpnlab.node.agents.bondhost" if driver == "bond" else "hpnlab.node.agents.host"
     if cfg["role"] == "agg" and cfg.get("multipath"):
-        return "hpnlab.node.fare"  # FARE's weights: the agg keeps its link-bandwidth route-maps current
-    return {"tor": "hpnlab.node.tor"}.get(cfg["role"])
+        return "hpnlab.node.agents.fare"  # FARE's weights: the agg keeps its link-bandwidth route-maps current
+    return {"tor": "hpnlab.node.agents.tor"}.get(cfg["role"])
 
 
 def agent_needs_frr(cfg: dict) -> bool:

@@ -13,7 +13,7 @@ Queue 0 is the highest priority. Schedulers:
   the lowest one, where the switches' own BGP, BFD and LACP packets go.
 - ``prio`` / ``ets``: a tbf at the link rate whose child is a strict-priority qdisc of K bands (``prio``;
   ``ets`` with every band strict), a bfifo per band: pure strict priority, a lower band gets nothing while
-  a higher one is backlogged. Only where the kernel has them (hpnlab.kernel checks).
+  a higher one is backlogged. Only where the kernel has them (hpnlab.machine.kernel checks).
 
 Classification: the nftables table ``hpnlab_qos`` sets each packet's skb->priority from its DSCP in
 postrouting (``meta priority set ip dscp map {46 : 1:10}``); htb, prio and ets all take a priority whose
@@ -29,7 +29,7 @@ LEAF_BASE = 0x10  # queue k's bfifo is qdisc (LEAF_BASE + k):, and under htb its
 BAND_PARENT = 2  # prio/ets: the band qdisc's handle under the tbf (its bands are 2:1 .. 2:K)
 MAX_QUEUES = 8
 SCHEDULERS = ("htb", "prio", "ets")
-QDISC_OF = {"htb": "htb", "prio": "prio", "ets": "ets"}  # the qdisc each scheduler needs (hpnlab.kernel)
+QDISC_OF = {"htb": "htb", "prio": "prio", "ets": "ets"}  # the qdisc each scheduler needs (hpnlab.machine.kernel)
 
 
 def applies(cfg: dict) -> bool:

@@ -7,7 +7,7 @@ each agent keeps, per stream (a port's received LACPDUs; a BFD session's packets
 the ToR's capture), every interval at or above the stream's threshold (a long interval is rare on a
 healthy lab, so the record is small) with the wall-clock time it ended, and a stream silent since its last
 packet for longer than the threshold as an open interval. The controller judges them against the
-detection time (hpnlab.traffic.slip). Standard library only: it runs inside every node.
+detection time (hpnlab.traffic.analysis.slip). Standard library only: it runs inside every node.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Gaps:
                 "threshold_ms": {s: round(v * 1000, 1) for s, v in sorted(self.threshold.items())}}
 
 
-GAPS = Gaps()  # this agent's record, in every status file it writes (hpnlab.node.agent.StatusFile)
+GAPS = Gaps()  # this agent's record, in every status file it writes (hpnlab.node.agents.agent.StatusFile)
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:

@@ -1,6 +1,6 @@
 """The nftables rules and routing-table numbers of a spraying ToR (multipath.mode spray, spray-weighted,
 flowlet, dlb), pure: the node plan (hpnlab.node.plan) writes them at boot and the ToR's spray keeper
-(hpnlab.node.spray) rewrites them as routes and queues change, so both build them here."""
+(hpnlab.node.agents.spray) rewrites them as routes and queues change, so both build them here."""
 
 from __future__ import annotations
 

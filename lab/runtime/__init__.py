@@ -10,7 +10,7 @@ from hpnlab.errors import SpecError
 from hpnlab.runtime.base import REGISTRY, Runtime
 
 
-NOT_RUNTIMES = {"base", "channel"}  # the shared plan and the exec channels: parts of every runtime
+NOT_RUNTIMES = {"base", "channel", "containers"}  # the shared plan, the exec channels and the image builds: parts of every runtime
 
 
 def names() -> list[str]:

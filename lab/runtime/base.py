@@ -23,18 +23,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hpnlab import capacity, frr, kernel, neightable, nodesetup, vty
+from hpnlab.model import capacity
+from hpnlab.generate import frr
+from hpnlab.machine import kernel, neightable, nodesetup, vty
 from hpnlab.errors import RuntimeFailure, SpecError, StateError
-from hpnlab.models import LabState, NodeConfig, load_json_model
-from hpnlab.proc import run
-from hpnlab.progress import Report
-from hpnlab.node import nsenter, solicit
+from hpnlab.model.models import LabState, NodeConfig, load_json_model
+from hpnlab.machine.proc import run
+from hpnlab.machine.progress import Report
+from hpnlab.node import nsenter
+from hpnlab.node.agents import solicit
 from hpnlab.node.nsenter import NETNS_DIR
 from hpnlab.runtime.channel import Channel, NetnsChannel
-from hpnlab.spec import check_lab_name
+from hpnlab.model.spec import check_lab_name
 
 STATE_ROOT = Path(os.environ.get("HPNLAB_STATE_ROOT", "/run/hpnlab"))
-NEIGH_RECORD = neightable.RECORD  # the machine's record of raised neighbour limits (hpnlab.neightable)
+NEIGH_RECORD = neightable.RECORD  # the machine's record of raised neighbour limits (hpnlab.machine.neightable)
 REGISTRY: dict[str, type["Runtime"]] = {}
 
 
@@ -113,7 +116,7 @@ class Runtime:
     self_configuring = False  # True: nodes configure themselves at start (container images)
     shares_kernel = True  # the nodes are namespaces of this machine's kernel (False: a cluster's nodes)
     channel: Channel = NetnsChannel()  # how a command reaches a node (runtime/channel.py)
-    hold_ra = True  # a ToR's Router Advertisements held while the lab starts; deploy asks hpnlab.kernel
+    hold_ra = True  # a ToR's Router Advertisements held while the lab starts; deploy asks hpnlab.machine.kernel
 
     def __init__(self, lab: str, state: State | None = None):
         self.lab = lab
@@ -145,7 +148,7 @@ class Runtime:
     boot_timeout = 600.0
 
     def boot_state(self, node: str) -> dict | None:
-        """Self-configuring runtimes: the node's boot.json (hpnlab.node.boot), None before it exists."""
+        """Self-configuring runtimes: the node's boot.json (hpnlab.node.agents.boot), None before it exists."""
         raise NotImplementedError
 
     def wait_booted(self, nodes: list[str], progress: Report) -> None:
@@ -176,7 +179,7 @@ class Runtime:
             time.sleep(self.boot_poll)
 
     def start_agents(self, nodes: list[str], cfgs: dict[str, NodeConfig]) -> None:
-        """Start these nodes' agents (hpnlab.nodesetup.agent_module says which), recording their PIDs."""
+        """Start these nodes' agents (hpnlab.machine.nodesetup.agent_module says which), recording their PIDs."""
         raise NotImplementedError
 
     def destroy(self, progress: Report) -> None:
@@ -220,7 +223,7 @@ class Runtime:
         self.refuse_foreign(list(cfgs))
         requested = next((c.driver or "auto" for c in cfgs.values() if c.role == "host"), "auto")
         self.driver = nodesetup.host_driver(requested, kernel.has("bonding"))
-        self.hold_ra = kernel.has("nft-ip6")  # without it nothing is held (hpnlab.kernel says what that costs)
+        self.hold_ra = kernel.has("nft-ip6")  # without it nothing is held (hpnlab.machine.kernel says what that costs)
         st = self.state.data
         st.runtime, st.config, st.started, st.host_driver = self.name, str(self.config_dir), time.time(), self.driver
         st.netns = [self.netns(n) for n in cfgs]  # recorded before creation: down removes what exists
@@ -236,7 +239,7 @@ class Runtime:
             if what:
                 progress(f"raised {' and '.join(what)}; the last lab to go restores it")
         self.create_nodes(topo, cfgs, progress)
-        if self.self_configuring:  # each node applies its node.json itself (hpnlab.node.boot)
+        if self.self_configuring:  # each node applies its node.json itself (hpnlab.node.agents.boot)
             self.wait_booted(list(cfgs), progress)
             return
         progress("configuring nodes (sysctls, addresses, nftables)")
@@ -327,7 +330,7 @@ class Runtime:
             list(ex.map(lambda n: self.nft(n, rules, what), nodes))
 
     def send_solicitations(self, ifaces: dict[str, list[str]]) -> None:
-        """A Router Solicitation out of these interfaces of these nodes (hpnlab.node.solicit), where this
+        """A Router Solicitation out of these interfaces of these nodes (hpnlab.node.agents.solicit), where this
         machine can enter the nodes' namespaces; elsewhere zebra's own timer sends the advertisements within
         a second."""
         paths = {n: self.netns_path(n) for n in ifaces}
@@ -388,7 +391,7 @@ class Runtime:
 
     def agent_alive(self, node: str) -> tuple[bool, str]:
         pid = self.agent_pid(node)
-        from hpnlab.proc import pid_alive
+        from hpnlab.machine.proc import pid_alive
 
         if pid is None:
             return False, "no agent process"
@@ -404,9 +407,9 @@ class Runtime:
 
     def daemon_json(self, node: str, daemon: str, command: str, timeout: float = 20) -> dict | list | None:
         """One ``show ... json`` command of one daemon, parsed, or None when it does not answer: over its vty
-        socket where this machine can reach it (no vtysh process: hpnlab.vty), else through vtysh."""
+        socket where this machine can reach it (no vtysh process: hpnlab.machine.vty), else through vtysh."""
         sock = self.vty_socket(node, daemon)
-        if sock is not None:  # bfdd's show commands are in the enable node only (hpnlab.vty)
+        if sock is not None:  # bfdd's show commands are in the enable node only (hpnlab.machine.vty)
             return vty.command_json(sock, command, timeout, enable=daemon == "bfdd")
         return self.vtysh_json(node, command, timeout)
 

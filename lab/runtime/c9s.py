@@ -2,7 +2,7 @@
 
 ``hpnlab up --runtime c9s`` writes the clabernetes objects (``hpnlab generate --target c9s``: a Topology,
 or Node + Link objects, and ConfigMaps) and applies them with ``kubectl apply``; clabernetes starts one
-launcher pod per node, each node configures itself from its node.json (hpnlab.node.boot), and this
+launcher pod per node, each node configures itself from its node.json (hpnlab.node.agents.boot), and this
 runtime waits for every node's boot report. Everything else (verify, faults, probes, captures,
 experiments) goes through the kubectl exec channel (runtime/channel.py): ``kubectl exec`` into the node's
 launcher deployment, then ``docker exec`` into the node's container there. Their names, as clabernetes
@@ -33,11 +33,11 @@ import os
 import shutil
 from pathlib import Path
 
-from hpnlab import frr
+from hpnlab.generate import frr
 from hpnlab.errors import RuntimeFailure
-from hpnlab.models import NodeConfig
-from hpnlab.proc import run
-from hpnlab.progress import Report
+from hpnlab.model.models import NodeConfig
+from hpnlab.machine.proc import run
+from hpnlab.machine.progress import Report
 from hpnlab.runtime.base import Runtime, register
 from hpnlab.runtime.channel import KubectlChannel
 
@@ -103,7 +103,7 @@ class C9sRuntime(Runtime):
 
     def extra_files(self, files: dict[str, str], topo) -> dict[str, str]:
         """The clabernetes objects kubectl applies, for the API group HPNLAB_C9S_API names."""
-        from hpnlab import c9s
+        from hpnlab.generate import c9s
 
         self.state.data.k8s_api = api_group()
         self.state.save()

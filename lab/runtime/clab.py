@@ -1,6 +1,6 @@
 """The containerlab runtime: containerlab creates the containers and veths from the generated
 ``<lab>.clab.yml``, and each container configures itself from its bound node.json (the image's init runs
-hpnlab.node.boot: the same plan as the namespace runtime's, then FRR and the agent), so this runtime only
+hpnlab.node.agents.boot: the same plan as the namespace runtime's, then FRR and the agent), so this runtime only
 deploys and waits. Faults, probes and vtysh reach the nodes through their namespaces (containerlab links
 them as /run/netns/clab-<lab>-<node>) and ``docker exec``.
 
@@ -15,11 +15,12 @@ import os
 import shutil
 from pathlib import Path
 
-from hpnlab import containers, frr
+from hpnlab.runtime import containers
+from hpnlab.generate import frr
 from hpnlab.errors import RuntimeFailure
-from hpnlab.models import NodeConfig
-from hpnlab.proc import cmdline, is_node_process, kill_pids, run
-from hpnlab.progress import Report
+from hpnlab.model.models import NodeConfig
+from hpnlab.machine.proc import cmdline, is_node_process, kill_pids, run
+from hpnlab.machine.progress import Report
 from hpnlab.runtime.base import Runtime, list_netns, netns_members, register
 from hpnlab.runtime.netns import need_tools
 

@@ -15,14 +15,15 @@ import sys
 import time
 from pathlib import Path
 
-from hpnlab import frr, nodesetup
+from hpnlab.generate import frr
+from hpnlab.machine import nodesetup
 from hpnlab.errors import RuntimeFailure
-from hpnlab.models import NodeConfig
+from hpnlab.model.models import NodeConfig
 from hpnlab.node.plan import MTU
-from hpnlab.proc import is_node_process, kill_pids, pid_alive, processes, run
-from hpnlab.progress import Report
+from hpnlab.machine.proc import is_node_process, kill_pids, pid_alive, processes, run
+from hpnlab.machine.progress import Report
 from hpnlab.runtime.base import Runtime, list_netns, netns_members, register
-from hpnlab.signals import shielded
+from hpnlab.machine.signals import shielded
 
 IFINDEX_BASE = 1000
 TOOLS = (("ip", "iproute2"), ("tc", "iproute2"), ("nft", "nftables"), ("sysctl", "procps"), ("ping", "iputils-ping"))
@@ -55,7 +56,7 @@ class NetnsRuntime(Runtime):
     @classmethod
     def preflight(cls, spec) -> None:
         need_tools()
-        frr.preflight()  # what the kernel offers is checked for every runtime on this machine (hpnlab.kernel)
+        frr.preflight()  # what the kernel offers is checked for every runtime on this machine (hpnlab.machine.kernel)
 
     def netns(self, node: str) -> str:
         return f"{self.lab}-{node}"
@@ -150,7 +151,7 @@ class NetnsRuntime(Runtime):
                     time.sleep(0.05)
 
     def start_agents(self, nodes: list[str], cfgs: dict[str, NodeConfig]) -> None:
-        """Every agent forked from one pre-loaded launcher (hpnlab.node.launcher: no Python start per agent)
+        """Every agent forked from one pre-loaded launcher (hpnlab.node.agents.launcher: no Python start per agent)
         into its node's namespace (as ``ip netns exec NS python -m MODULE NODE_JSON --status FILE`` would run
         it), its output appended to the node's agent log."""
         if not nodes:
@@ -158,7 +159,7 @@ class NetnsRuntime(Runtime):
         self.status_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         driver = self.state.data.host_driver or "userspace"
-        launcher = subprocess.Popen([sys.executable, "-m", "hpnlab.node.launcher", str(self.config_dir)],
+        launcher = subprocess.Popen([sys.executable, "-m", "hpnlab.node.agents.launcher", str(self.config_dir)],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, start_new_session=True)
         try:

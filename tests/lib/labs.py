@@ -86,9 +86,9 @@ def owned_lab(plugin_lab):
 
 
 def leftovers(lab: str) -> list[str]:
-    """Everything a lab could leave behind: what carries its name (hpnlab.orchestrate.leftovers, the
+    """Everything a lab could leave behind: what carries its name (hpnlab.lifecycle.orchestrate.leftovers, the
     same list `down` is checked against) and nftables tables in the root namespace."""
-    from hpnlab.orchestrate import leftovers as named
+    from hpnlab.lifecycle.orchestrate import leftovers as named
 
     out = named(lab)
     tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout

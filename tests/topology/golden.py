@@ -28,7 +28,7 @@ def plan_text(cfg: dict, nodesetup) -> str:
     drivers = ("userspace", "bond") if cfg["role"] == "host" else ("userspace",)
     out = ["# sysctls"] + [f"{k}={v}" for k, v in nodesetup.sysctls(cfg).items()]
     try:
-        from hpnlab import capacity
+        from hpnlab.model import capacity
         out += ["# tc -batch (link capacity)", *(capacity.tc_batch(cfg) or ["(none)"])]
     except ImportError:  # an older tree, compared file by file
         pass
@@ -55,8 +55,9 @@ def representatives(topology: dict) -> list[str]:
 def outputs(case: str, spec_mod=None, topology_mod=None, render_mod=None, nodesetup_mod=None) -> dict[str, str]:
     """{relative path: text} of one case (modules injectable, so an older tree can be compared too)."""
     if spec_mod is None:
-        from hpnlab import nodesetup as nodesetup_mod, render as render_mod, spec as spec_mod, \
-            topology as topology_mod
+        from hpnlab.machine import nodesetup as nodesetup_mod
+        from hpnlab.generate import render as render_mod
+        from hpnlab.model import spec as spec_mod, topology as topology_mod
     sp = spec_mod.load_spec(INPUT / f"{case}.yml")
     files = render_mod.render(topology_mod.build(sp))
     topo = json.loads(files["topology.json"])

@@ -1,5 +1,7 @@
-"""Faults: one class per kind, one file each in this package (base.py holds what they share). A new kind
-is one file in this folder with a ``@register``ed FaultKind subclass (every module here is imported);
+"""Faults: one class per kind, one file each, grouped by what they hit: link/ (a link or a port), node/
+(a node) and gray/ (the wire's silent and bursty failures); base.py holds what they share. A new kind is
+one file in one of these folders with a ``@register``ed FaultKind subclass (every module under this
+package is imported);
 ``hpnlab fail --list``, ``Lab.fault``, experiment files and the docs read the registry."""
 
 import importlib
@@ -10,8 +12,8 @@ from hpnlab.traffic.faults.base import (REGISTRY, Fault, FaultKind, Injector, ge
                                         node_pids, nft_rules, nft_table, parse, register, revert_recorded,
                                         revert_state, send_signal)
 
-for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_m}")
+for _m in sorted(m.name for m in pkgutil.walk_packages(__path__, f"{__name__}.")):
+    importlib.import_module(_m)
 
 # the order `hpnlab fail --list` prints them in
 _ORDER = ["link-down", "link-flap", "one-way", "lacp-drop", "hang", "power-off", "bgp-shutdown", "arp-flush",

@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass, field
 
 from hpnlab.errors import SpecError
-from hpnlab.models import FaultRecord, LabState, NodeConfig
-from hpnlab.proc import cmdline
+from hpnlab.model.models import FaultRecord, LabState, NodeConfig
+from hpnlab.machine.proc import cmdline
 from hpnlab.runtime.base import Runtime
 
 TABLE_PREFIX = "hpnlab_fault"

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, field
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import crux
+import hpnlab.traffic.policies.arithmetic as crux
 
 def dscp_for_queue(qos, queue: int) -> int | None:
     """The DSCP that puts a job's packets in ``queue`` of the spec's ``qos``: the smallest code point its map

@@ -10,7 +10,7 @@ job's start is delayed by its shift. Jobs then interleave their communication on
 of colliding. It does not prioritise (one class) and takes paths as they are.
 
 In hpnlab each job's iteration is its compute (``compute_ms``) then its communication, which alone would
-take t_j, the time its bytes need on its most loaded link (Crux's t_j: hpnlab.traffic.crux); while it
+take t_j, the time its bytes need on its most loaded link (Crux's t_j: hpnlab.traffic.policies.arithmetic); while it
 communicates it loads each of its links at that link's bytes over t_j. What is simplified:
 - The shifts are chosen greedily: jobs in order of their communication time (longest first, ties by name),
   the first unshifted, each next one at the shift (searched in ``STEPS`` steps of its period) whose
@@ -29,7 +29,7 @@ communicates it loads each of its links at that link's bytes over t_j. What is s
 
 from __future__ import annotations
 
-from hpnlab.traffic import crux
+import hpnlab.traffic.policies.arithmetic as crux
 from hpnlab.traffic.policies.base import Inputs, Policy, register
 
 STEPS = 100  # shifts tried per job: its period in this many steps

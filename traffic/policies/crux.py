@@ -1,11 +1,11 @@
 """crux and its ablations: priorities by GPU intensity (P = k * I) compressed onto the switches' K queues,
-and least-congested path placement in priority order (hpnlab.traffic.crux).
+and least-congested path placement in priority order (hpnlab.traffic.policies.arithmetic).
 
 - ``crux``: both;
 - ``crux-priority-only``: the priorities, paths left to the switches' hash;
 - ``crux-paths-only``: the placement, every job in one class (needs no switch QoS)."""
 
-from hpnlab.traffic import crux
+import hpnlab.traffic.policies.arithmetic as crux
 from hpnlab.traffic.policies.base import Inputs, Policy, register
 
 

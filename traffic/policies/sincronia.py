@@ -10,7 +10,7 @@ there per unit of weight; scale the other coflows' weights down by what that one
 (any order-preserving rate allocation is near-optimal), which leaves small-bottleneck coflows first.
 
 In hpnlab a coflow is one iteration's traffic of one job (its collective's bytes on every link its
-connections take, as Crux's intensity counts them: hpnlab.traffic.crux). What is simplified:
+connections take, as Crux's intensity counts them: hpnlab.traffic.policies.arithmetic). What is simplified:
 - Ports are the lab's shaped links, each weighed by its capacity (seconds of traffic, not bytes): the
   paper's model is a non-blocking "big switch" whose ports are the hosts' links, all of one speed; here the
   ToR-agg uplinks are where the jobs meet, so they are ports too.
@@ -25,7 +25,7 @@ connections take, as Crux's intensity counts them: hpnlab.traffic.crux). What is
 
 from __future__ import annotations
 
-from hpnlab.traffic import crux
+import hpnlab.traffic.policies.arithmetic as crux
 from hpnlab.traffic.policies.base import Inputs, Policy, register
 
 

@@ -12,8 +12,8 @@ from typing import Literal
 from pydantic import Field
 
 from hpnlab.errors import SpecError
-from hpnlab.traffic import rings
-from hpnlab.traffic.measure import summarise
+from hpnlab.traffic.analysis import rings
+from hpnlab.traffic.analysis.measure import summarise
 from hpnlab.traffic.workloads.base import (WorkloadKind, WorkloadParams, check_hosts, congestion_of, dscp_args, recovered_at,
                                             register)
 
@@ -79,8 +79,8 @@ class AllReduce(WorkloadKind):
             return {}
         from concurrent.futures import ThreadPoolExecutor
 
-        from hpnlab.traffic import balance
-        from hpnlab.traffic.nodetools import path_map
+        from hpnlab.traffic.run import balance
+        from hpnlab.traffic.run.nodetools import path_map
 
         pool = max(16, 4 * w.connections)
         sports = list(range(PLACED_SPORT, PLACED_SPORT + pool))
@@ -123,7 +123,7 @@ class AllReduce(WorkloadKind):
                 # one ring: the files and ports as before; several: each rail's own files and port
                 out = str(run_dir / (f"allreduce-r{rail}-{rank}.json" if multi else f"allreduce-{rank}.json"))
                 procs.append({"role": "allreduce", "node": h, "out": out,
-                              "argv": [sys.executable, "-m", "hpnlab.node.allreduce", "--rank", str(rank), "--addrs", addrs,
+                              "argv": [sys.executable, "-m", "hpnlab.node.programs.allreduce", "--rank", str(rank), "--addrs", addrs,
                                        "--size", str(size), "--conns", str(w.connections),
                                        "--select", w.select, "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
                                        "--congestion", w.congestion, "--out", out]
@@ -143,8 +143,8 @@ class AllReduce(WorkloadKind):
 
     def after_repetition(self, lab, plan, run_dir):
         """Per-flow multipath: every ring connection's 5-tuple re-probed, and the ToRs' FARE weights
-        (hpnlab.traffic.pathcheck)."""
-        from hpnlab.traffic import pathcheck
+        (hpnlab.traffic.run.pathcheck)."""
+        from hpnlab.traffic.run import pathcheck
 
         if not pathcheck.wanted(plan):
             return
@@ -190,7 +190,7 @@ class AllReduce(WorkloadKind):
         if w.fabric_bytes:
             out["fabric"] = fabric(plan, run_dir, self.rings(plan), per_rail,
                                    w.size_kb * 1024 // (len(w.rails) if w.rails else 1))
-        from hpnlab.traffic import pathcheck
+        from hpnlab.traffic.run import pathcheck
 
         check = pathcheck.read(run_dir)
         if check is not None:
@@ -246,7 +246,7 @@ class AllReduce(WorkloadKind):
     def aggregate(self, runs):
         """The set-up every variant states (connections, select, placement, bytes), and the ring order and
         fabric bytes over the repetitions where the run asked for them (order, rails or fabric_bytes)."""
-        from hpnlab.traffic import pathcheck
+        from hpnlab.traffic.run import pathcheck
 
         checked = pathcheck.aggregate(runs)
         ws = [r.get("workload") or {} for r in runs]
@@ -309,7 +309,7 @@ def uplinks_of(cfg) -> list[str]:
 
 def fabric(plan, run_dir, rings_: dict[int, list[str]], per_rail: dict[int, list[float]], size: int) -> dict:
     """Bytes the ToRs sent into the agg tier per iteration (their uplinks' counters, from 1 s after a ring's
-    first iteration to its last) against the rings' 2(n-1)/n x size per crossing edge (hpnlab.traffic.rings).
+    first iteration to its last) against the rings' 2(n-1)/n x size per crossing edge (hpnlab.traffic.analysis.rings).
     Per rail (a rail's ring crosses only that rail's ToRs, and rings of different rails do not keep step),
     then summed: the bytes of one iteration of every ring."""
     stats = {}

@@ -2,7 +2,7 @@
 sends workload.size_kb to every other host of it at once (on workload.connections connections each, the
 switches' hash placing them), and the round is done when the last byte has arrived. The figure is the
 round's completion time (per host and overall), with or without a fault during it. It runs the elephant
-node program (hpnlab.node.elephant); nothing else in hpnlab changed to add it."""
+node program (hpnlab.node.programs.elephant); nothing else in hpnlab changed to add it."""
 
 import json
 import sys
@@ -45,7 +45,7 @@ class AllToAll(WorkloadKind):
         for h in hosts:
             out = str(run_dir / f"alltoall-rx-{h}.json")
             procs.append({"role": "alltoall-rx", "node": h, "out": out,
-                          "argv": [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
+                          "argv": [py, "-m", "hpnlab.node.programs.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
                                    "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}",
                                    "--congestion", w.congestion, "--out", out] + dscp_args(w)})
         for h in hosts:
@@ -53,7 +53,7 @@ class AllToAll(WorkloadKind):
                      for i in range(w.connections)]
             out = str(run_dir / f"alltoall-tx-{h}.json")
             procs.append({"role": "alltoall-tx", "node": h, "out": out,
-                          "argv": [py, "-m", "hpnlab.node.elephant", "send", "--src", ip[h], "--port", str(PORT),
+                          "argv": [py, "-m", "hpnlab.node.programs.elephant", "send", "--src", ip[h], "--port", str(PORT),
                                    "--flows", ",".join(flows), "--size", str(w.size_kb * 1024 // w.connections),
                                    "--select", "hash", "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
                                    "--congestion", w.congestion, "--out", out] + dscp_args(w)})

@@ -12,8 +12,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hpnlab.errors import SpecError
-from hpnlab.models import NodeConfig
-from hpnlab.node import tcpcc
+from hpnlab.model.models import NodeConfig
+from hpnlab.node.programs import tcpcc
 
 START_SLACK = 2.0  # seconds between launching a repetition's processes and its common start time t0
 CONGESTION_DEFAULT = tcpcc.DEFAULT  # Debian's and Ubuntu's kernels' default (docs/experiments.md: congestion control)

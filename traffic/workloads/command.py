@@ -5,7 +5,7 @@ workload.argv is a template: ``{rank}``, ``{world}``, ``{master}`` (rank 0's add
 ``{port}``, ``{iface}`` (the interface holding the host's rail address), ``{rail}``, ``{addr}`` (the rank's
 own address), ``{host}``, ``{local_rank}``, ``{here}`` (the experiment file's folder) and ``{python}``
 (hpnlab's interpreter) are filled in per rank, and the same figures are in the rank's environment under the
-names torch.distributed and MPI launchers use (``env_of``). Each rank runs under hpnlab.node.command, which
+names torch.distributed and MPI launchers use (``env_of``). Each rank runs under hpnlab.node.programs.command, which
 keeps its stdout and stderr and its exit code, and stops its process group at the window's end.
 
 The per-iteration contract: the program prints one JSON line per iteration on stdout, ``{"t": <unix time
@@ -243,7 +243,7 @@ class Command(WorkloadKind):
             env = env_of(values, ranks, w.env)
             base = run_dir / f"command-{rank}"
             procs.append({"role": "command", "node": host, "out": f"{base}.json", "rank": rank,
-                          "argv": [sys.executable, "-m", "hpnlab.node.command", "--rank", str(rank),
+                          "argv": [sys.executable, "-m", "hpnlab.node.programs.command", "--rank", str(rank),
                                    "--start-at", f"{t0 - w.warmup:.3f}", "--stop-at", f"{t0 + duration:.3f}",
                                    "--grace", f"{w.grace:g}", "--stdout", f"{base}.stdout", "--stderr",
                                    f"{base}.stderr", "--out", f"{base}.json",

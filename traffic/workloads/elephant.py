@@ -24,7 +24,7 @@ class ElephantParams(WorkloadParams):
 
 
 def analyse_map(rows: list[dict], plan) -> dict:
-    from hpnlab.traffic import balance
+    from hpnlab.traffic.run import balance
 
     w = plan.workload
     res = {"distinct_paths": balance.distinct_paths(rows)}
@@ -54,7 +54,7 @@ class Elephant(WorkloadKind):
     def prepare_variant(self, lab, plan, raw, progress):
         """Probe the variant's path map once (the lab does not change between repetitions) and lay
         ``sets`` random flow sets onto it, with each way of choosing source ports."""
-        from hpnlab.traffic import balance, bulk
+        from hpnlab.traffic.run import balance, bulk
 
         w = plan.workload
         progress(f"{plan.name}: probing the path map ({w.pool} source ports per host pair, TCP dport {bulk.PORT})")
@@ -70,7 +70,7 @@ class Elephant(WorkloadKind):
 
     def prepare_repetition(self, plan, raw, run_dir, k):
         """Repetition k's flow set (seeded by k, so a re-run picks the same flows), kept beside its reports."""
-        from hpnlab.traffic import balance
+        from hpnlab.traffic.run import balance
 
         rows = json.loads((raw / "pathmap.json").read_text())
         w = plan.workload
@@ -80,8 +80,8 @@ class Elephant(WorkloadKind):
 
     def launch(self, plan, run_dir, t0, duration):
         """Per host a receiver and (for its flows) a sender, per switch a port sampler (pure)."""
-        from hpnlab.traffic import balance
-        from hpnlab.traffic.bulk import PORT
+        from hpnlab.traffic.run import balance
+        from hpnlab.traffic.run.bulk import PORT
 
         py = sys.executable
         w, cfgs, flows = plan.workload, plan.cfgs, plan.flows
@@ -90,7 +90,7 @@ class Elephant(WorkloadKind):
         for h in balance.hosts_of(cfgs):
             f = str(run_dir / f"elephant-rx-{h}.json")
             out.append({"role": "elephant-rx", "node": h, "out": f,
-                        "argv": [py, "-m", "hpnlab.node.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
+                        "argv": [py, "-m", "hpnlab.node.programs.elephant", "serve", "--bind", ip[h], "--port", str(PORT),
                                  "--duration", f"{duration + 1:g}", "--start-at", f"{t0 - 1:.3f}",
                                  "--congestion", w.congestion, "--out", f] + dscp_args(w)})
         for h in balance.hosts_of(cfgs):
@@ -99,7 +99,7 @@ class Elephant(WorkloadKind):
                 continue
             f = str(run_dir / f"elephant-tx-{h}.json")
             out.append({"role": "elephant-tx", "node": h, "out": f,
-                        "argv": [py, "-m", "hpnlab.node.elephant", "send", "--src", ip[h], "--port", str(PORT),
+                        "argv": [py, "-m", "hpnlab.node.programs.elephant", "send", "--src", ip[h], "--port", str(PORT),
                                  "--flows", ",".join(f"{ip[r['dst']]}:{r['sport']}" for r in mine),
                                  "--size", str(w.size_kb * 1024), "--select", w.select,
                                  "--duration", f"{duration:g}", "--start-at", f"{t0:.3f}",
@@ -124,8 +124,8 @@ class Elephant(WorkloadKind):
 
     def after_repetition(self, lab, plan, run_dir):
         """Per-flow multipath: every flow's 5-tuple re-probed beside the path the variant's map predicted for
-        it, and the ToRs' FARE weights (hpnlab.traffic.pathcheck)."""
-        from hpnlab.traffic import bulk, pathcheck
+        it, and the ToRs' FARE weights (hpnlab.traffic.run.pathcheck)."""
+        from hpnlab.traffic.run import bulk, pathcheck
 
         if not pathcheck.wanted(plan) or not (run_dir / "flows.json").exists():
             return
@@ -135,7 +135,7 @@ class Elephant(WorkloadKind):
              "predicted_tor": f.get("tor"), "predicted_agg": f.get("agg")} for f in flows])
 
     def result(self, plan, run_dir):
-        from hpnlab.traffic import bulk, pathcheck
+        from hpnlab.traffic.run import bulk, pathcheck
 
         out = bulk.result(plan, run_dir)
         check = pathcheck.read(run_dir)
@@ -144,7 +144,7 @@ class Elephant(WorkloadKind):
         return out
 
     def aggregate(self, runs):
-        from hpnlab.traffic import bulk, pathcheck
+        from hpnlab.traffic.run import bulk, pathcheck
 
         return {"bulk": bulk.aggregate(runs), **pathcheck.aggregate(runs)}
 
@@ -152,17 +152,17 @@ class Elephant(WorkloadKind):
 
     @property
     def legend(self):
-        from hpnlab.traffic import bulk
+        from hpnlab.traffic.run import bulk
 
         return bulk.LEGEND
 
     def summary_table(self, results):
-        from hpnlab.traffic import bulk
+        from hpnlab.traffic.run import bulk
 
         return bulk.summary_table(results)
 
     def plot(self, results, path):
-        from hpnlab.traffic import bulk
+        from hpnlab.traffic.run import bulk
 
         return bulk.plot(results, path)
 

@@ -1,11 +1,11 @@
 """jobs: several training jobs at once, sharing the fabric, scheduled by a policy (Crux's, or none).
 
 Each job is a collective over its own hosts (ranks) on its own rail and port: a ring all-reduce
-(hpnlab.node.allreduce) or an all-to-all (hpnlab.node.alltoall), and each of its iterations begins with
+(hpnlab.node.programs.allreduce) or an all-to-all (hpnlab.node.programs.alltoall), and each of its iterations begins with
 ``compute_ms`` of GPU work, emulated by waiting (--compute-ms); the rest of the iteration is its exposed
 communication. Per job: iteration times, exposed communication, GPU utilisation (Crux's Definition 1: the compute done in the
 measured window, from the job's first compute to the run's end, over the window: job_figures); for the cluster, the jobs' utilisations weighted by their ranks; and each job's GPU intensity as Crux defines it
-(hpnlab.traffic.crux), from the path map the variant probes first and the links' capacities.
+(hpnlab.traffic.policies.arithmetic), from the path map the variant probes first and the links' capacities.
 
 The policy (hpnlab.traffic.policies) decides each job's class (DSCP, queue) and each connection's source
 port, so its path; the assignment is in every repetition's results. Policies that set classes need the
@@ -17,7 +17,7 @@ probed per rail, and the policy places each rail's connections on that rail's pa
 when every rail's part of iteration k has ended, and iteration k+1 (its compute, then every rail's part)
 begins only then. Each rail's part is its own rank process per host (the node programs of a single-rail
 job, one ring or all-to-all per rail, as the ``allreduce`` workload's Multi-AllReduce runs its rings); a
-rank's rail processes keep one compute phase by joining after every iteration (hpnlab.node.jobrun.Join: each
+rank's rail processes keep one compute phase by joining after every iteration (hpnlab.node.programs.jobrun.Join: each
 writes how many iterations it has ended, and none begins the next compute until all have ended this one).
 Why joined per-rail processes rather than one process per rank driving all its rails: the node programs
 stay the ones every single-rail job runs (a job without ``rails`` runs exactly as before), and the join
@@ -134,7 +134,7 @@ def size_per_rail(job: Job) -> int:
 def bytes_per_conn(job: Job) -> float:
     """What one connection carries per iteration: a ring rank's 2(n-1)/n of the buffer, or an all-to-all's
     1/n of it to one peer, split evenly over the connections (the buffer: its rail's share of it)."""
-    from hpnlab.traffic import crux
+    import hpnlab.traffic.policies.arithmetic as crux
 
     if job.collective == "alltoall":
         return crux.alltoall_bytes_per_peer(size_per_rail(job), len(job.hosts)) / job.connections
@@ -163,7 +163,8 @@ def inputs(w, cfgs: dict, rows: list[dict], seed: int, spec=None):
     so every policy of a repetition meets the same hash placement). A job on several rails has its
     connections rail by rail (each rail's candidates that rail's probed rows), each carrying its rail's
     share, and the capacities are every used rail's: its t_j is over its most loaded link on any rail."""
-    from hpnlab.traffic import balance, crux
+    from hpnlab.traffic.run import balance
+    import hpnlab.traffic.policies.arithmetic as crux
     from hpnlab.traffic.policies.base import Inputs, dscp_for_queue
 
     rng = random.Random(seed)
@@ -320,8 +321,8 @@ class Jobs(WorkloadKind):
 
     def prepare_variant(self, lab, plan, raw, progress):
         """The path map of every job's connections (each rank to the next, the job's port), probed once."""
-        from hpnlab.traffic import balance
-        from hpnlab.traffic.nodetools import path_map
+        from hpnlab.traffic.run import balance
+        from hpnlab.traffic.run.nodetools import path_map
 
         w = plan.workload
         progress(f"{plan.name}: probing the jobs' path map ({w.pool} source ports per connection's host pair)")
@@ -377,8 +378,8 @@ class Jobs(WorkloadKind):
                     # a rank's rail processes share one compute phase: each iteration begins when all have ended
                     join = (["--join", str(run_dir / f"join-{j.name}-{rank}"), "--join-part", str(ri),
                              "--join-parts", str(len(j.rails))] if j.rails is not None else [])
-                    how = (["hpnlab.node.alltoall"] if j.collective == "alltoall" else
-                           ["hpnlab.node.allreduce", "--select", "least-loaded" if j.connections > 1 else "one"])
+                    how = (["hpnlab.node.programs.alltoall"] if j.collective == "alltoall" else
+                           ["hpnlab.node.programs.allreduce", "--select", "least-loaded" if j.connections > 1 else "one"])
                     procs.append({"role": "job", "node": h, "out": out,
                                   "argv": [sys.executable, "-m", how[0], "--rank", str(rank),
                                            "--addrs", addrs, "--port", str(PORT_BASE + i),
@@ -477,7 +478,7 @@ class Jobs(WorkloadKind):
     def summary_table(self, results):
         """A block per variant (the figures down, the cluster and each job across), then the paired
         differences; each figure is min/median/max over the repetitions."""
-        from hpnlab.traffic import textlayout
+        from hpnlab.traffic.output import textlayout
 
         head = [f"experiment {results['experiment']}: GPU utilisation (compute done in the window / the window), "
                 f"min/median/max over {results['repetitions']} repetition(s); cluster = weighted by ranks; a job's "

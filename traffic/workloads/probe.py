@@ -1,5 +1,5 @@
 """The probe workload's command lines: a receiver and a sender of sequence-numbered UDP flows
-(hpnlab.node.probe), one port scheme for every caller.
+(hpnlab.node.programs.probe), one port scheme for every caller.
 
 Probe stream k of a run (or of a test's lab) listens on UDP 9000 + k and sends from source ports
 20000 + 1000 k upward, one per flow; k wraps at 44, so every port stays below 65536 with the largest
@@ -29,9 +29,9 @@ def argv(k: int, src_ip: str, dst_ip: str, flows: int, rate: float, size: int, d
     """(receiver argv, sender argv) of probe stream ``k``; both start at the epoch time ``start_at``."""
     dport, sport = ports(k)
     py = sys.executable
-    rx = [py, "-m", "hpnlab.node.probe", "recv", "--bind", dst_ip, "--port", str(dport),
+    rx = [py, "-m", "hpnlab.node.programs.probe", "recv", "--bind", dst_ip, "--port", str(dport),
           "--duration", f"{duration + 1.5:g}", "--start-at", f"{start_at:.3f}", "--out", rx_out]
-    tx = [py, "-m", "hpnlab.node.probe", "send", "--src", src_ip, "--dst", dst_ip, "--dport", str(dport),
+    tx = [py, "-m", "hpnlab.node.programs.probe", "send", "--src", src_ip, "--dst", dst_ip, "--dport", str(dport),
           "--flows", str(flows), "--rate", f"{rate:g}", "--size", str(size), "--sport-base", str(sport),
           "--duration", f"{duration:g}", "--start-at", f"{start_at:.3f}", "--out", tx_out]
     return rx, tx

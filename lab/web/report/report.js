@@ -1,4 +1,4 @@
-/* hpnlab report.html: draws the page from the JSON inlined in it (hpnlab.traffic.htmlreport), with uPlot.
+/* hpnlab report.html: draws the page from the JSON inlined in it (hpnlab.traffic.output.htmlreport), with uPlot.
    Nothing is fetched. window.hpnlabReport exposes the charts and the replay (the suite's browser test reads
    them). */
 (function () {

@@ -1,0 +1,5 @@
+import sys
+
+from hpnlab.docgen import main
+
+sys.exit(main())

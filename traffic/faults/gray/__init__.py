@@ -1,0 +1,1 @@
+"""Gray failures on the wire (nftables): silent and bursty loss, corruption, and what they share."""

@@ -1,0 +1,1 @@
+"""Fault kinds on a link or port: link-down, link-flap, one-way, peer-link-down, degrade, lacp-drop."""
