@@ -67,3 +67,26 @@ def test_time_dilation_refuses_the_kernel_bond():
     with pytest.raises(SpecError) as ei:
         parse_spec({"name": "t", "time_dilation": 3, "host_driver": "bond"})
     assert "time_dilation" in str(ei.value) and "host_driver userspace" in str(ei.value)
+
+
+def test_spec_overrides_from_the_environment_reach_every_spec_read(monkeypatch, tmp_path):
+    """HPNLAB_SPEC_OVERRIDES (a JSON mapping) is merged into a lab spec and into an experiment's base spec,
+    before a variant's own overrides; a value that is no JSON mapping is one line naming the variable."""
+    from hpnlab.model.spec import load_spec
+    from hpnlab.traffic.run import experiment
+
+    monkeypatch.setenv("HPNLAB_SPEC_OVERRIDES", '{"bfd": {"interval_ms": 1000}}')
+    sp = load_spec()
+    assert sp.bfd.interval_ms == 1000 and sp.bfd.multiplier == 3 and sp.name == "hpn"
+    exp = experiment.load(experiment.find("host-drivers"))
+    assert {p.spec.bfd.interval_ms for p in exp.plans} == {1000}
+    assert {p.spec.host_driver for p in exp.plans} == {"bond", "userspace"}  # the variants' own still apply
+    for bad, says in (("{bfd", "not JSON"), ("[1, 2]", "JSON mapping")):
+        monkeypatch.setenv("HPNLAB_SPEC_OVERRIDES", bad)
+        with pytest.raises(SpecError) as e:
+            load_spec()
+        assert str(e.value).startswith("HPNLAB_SPEC_OVERRIDES:") and says in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setenv("HPNLAB_SPEC_OVERRIDES", '{"bfd": {"interval_ms": 5}}')
+    with pytest.raises(SpecError) as e:  # the merged spec is validated as any spec is
+        load_spec()
+    assert "HPNLAB_SPEC_OVERRIDES" in str(e.value) and "interval_ms" in str(e.value)

@@ -54,3 +54,29 @@ def test_the_source_tar_carries_the_commit_it_was_made_from(tmp_path):
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0:
         assert stamp["commit"] == head.stdout.strip() and isinstance(stamp["dirty"], bool), stamp
+
+
+def test_under_tcg_every_step_gets_slower_bfd_and_the_results_line_says_so(tmp_path):
+    """Under TCG the guest's steps get HPNLAB_SPEC_OVERRIDES (vm/guest.sh sources the run folder's env file),
+    which the spec loader honours; under KVM the specs run as written; the results line names it."""
+    import json
+    import os
+
+    from hpnlab.model.spec import load_spec
+
+    run = _run_module()
+    assert run.spec_overrides("kvm") == {}
+    over = run.spec_overrides("tcg")
+    env = {**os.environ, "HPNLAB_SPEC_OVERRIDES": json.dumps(over)}
+    r = subprocess.run([sys.executable, "-c", "from hpnlab.model.spec import load_spec; print(load_spec().bfd.interval_ms)"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.stdout.strip() == str(over["bfd"]["interval_ms"]) != str(load_spec().bfd.interval_ms), r.stderr
+    res = {"kernel": "6.1.0-50-amd64", "accel": "tcg", "spec_overrides": over, "outcome": "done", "ok": True,
+           "seconds": 1.0, "steps": [{"step": "up", "rc": 0, "seconds": 1.0}]}
+    assert '[tcg; {"bfd": {"interval_ms": 1000}}] OK' in run.line(res)
+    # guest.sh exports what env holds to every step
+    (tmp_path / "env").write_text("HPNLAB_SPEC_OVERRIDES='{\"bfd\": {\"interval_ms\": 1000}}'\n")
+    r = subprocess.run(["bash", "-c", f'R={tmp_path}; set -a; . "$R/env"; set +a; python3 -c '
+                        '"import os; print(os.environ[\'HPNLAB_SPEC_OVERRIDES\'])"'], capture_output=True, text=True)
+    assert json.loads(r.stdout) == over
+    assert 'set -a; . "$R/env"; set +a' in (ROOT / "vm" / "guest.sh").read_text()

@@ -3,6 +3,7 @@
 # folder the host shares at /mnt/run:
 #   src.tar     the checkout (tracked and untracked, not ignored files: what a fresh clone would hold)
 #   steps.txt   one step a line: NAME<TAB>TIMEOUT_S<TAB>COMMAND (bash, run in the unpacked checkout)
+#   env         NAME=VALUE lines every step gets (may be empty)
 # It writes /mnt/run/out/: <step>.log per step, steps.jsonl, summary.json (last), and progress lines
 # "hpnlab-vm: ..." on the console, which vm/run.py shows as they come.
 set -u
@@ -13,6 +14,12 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/r
 export HPNLAB_IN_VM=1 HPNLAB_NO_TEST_TOOLS=1 OUT
 say() { echo "hpnlab-vm: $*"; }
 say "guest started: kernel $(uname -r), $(nproc) cpus, $(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) MiB"
+# env: variables every step gets (vm/run.py writes HPNLAB_SPEC_OVERRIDES there under TCG); sudo's steps
+# act on the lab a previous step brought up, as that lab's state records it
+if [ -s "$R/env" ]; then
+  set -a; . "$R/env"; set +a
+  say "every step with: $(cat "$R/env")"
+fi
 
 src=/root/hpnlab
 mkdir -p "$src"

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hpnlab.errors import SpecError
 from hpnlab.model.models import NodeConfig
 from hpnlab.model.paths import data_dir
-from hpnlab.model.spec import Spec, _field_path, merge, parse_spec, read_yaml
+from hpnlab.model.spec import Spec, _field_path, merge, parse_spec, read_yaml, with_env_overrides
 from hpnlab.traffic import faults as faultmod
 from hpnlab.traffic import workloads
 from hpnlab.traffic.workloads.base import WorkloadParams, check_hosts
@@ -218,7 +218,7 @@ def load(path: str | Path, only: list[str] | None = None, repetitions: int | Non
     base = read_yaml(base_path, f"{p.name}: experiment field 'spec':")
     if base is not None and not isinstance(base, dict):
         raise SpecError(f"{p}: experiment field 'spec': '{base_path}' is not a lab spec (a mapping of keys)")
-    base = base or {}
+    base, _ = with_env_overrides(base or {}, str(base_path))  # HPNLAB_SPEC_OVERRIDES, before each variant's own
     plans = []
     for i, v in enumerate(doc.variants):
         if only and v.name not in only:
