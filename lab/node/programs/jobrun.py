@@ -98,7 +98,6 @@ class Join:
                 pass  # that part has not bound its socket yet (it reads this file when it first waits) or is gone
             except BlockingIOError:
                 # its queue is full (max_dgram_qlen counts, a part reads each pass): wait for room, briefly
-                self.sock.setblocking(True)
                 self.sock.settimeout(1.0)
                 try:
                     self.sock.sendto(msg, name)
@@ -132,9 +131,6 @@ class Join:
                 except (OSError, ValueError):
                     pass
         return min(self.seen) >= ended
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def join_of(a: argparse.Namespace) -> Join | None:
