@@ -35,12 +35,19 @@ def test_micro_bfd_sessions_are_up_on_every_member(lab):
 
 def test_a_hung_tor_leaves_the_hosts_aggregates_in_micro_bfd_time(lab):
     """LACP alone needs three missed 1 s LACPDUs (2.6 s measured); micro-BFD 100 ms x 3."""
-    with lab.probes(src="s0h0", dst="s1h0", rail=0, flows=32, rate=250) as p:
-        with lab.fault("hang", node="s0r0a"):
-            lab.wait_for(lambda: _status(lab, "s0h0")["nics"][0]["nexthops"] == ["r0p1"] or None, timeout=3)
-            time.sleep(1.0)
-    assert p.result.recovered
-    assert p.result.longest_gap_ms < 700, p.result.longest_gap_ms  # ~300-400 ms; LACP would be ~2600
+    def hang():
+        with lab.probes(src="s0h0", dst="s1h0", rail=0, flows=32, rate=250) as p:
+            with lab.fault("hang", node="s0r0a"):
+                lab.wait_for(lambda: _status(lab, "s0h0")["nics"][0]["nexthops"] == ["r0p1"] or None, timeout=3)
+                time.sleep(1.0)
+        return p.result
+
+    # Why measure(): a fresh-clone CI run measured 1137.9 ms here, flagged by the lateness meter (the
+    # emulator 592 ms late against a 113.8 ms bound): the figure was the machine's, so it is run again
+    r = lab.measure(hang, attempts=3)
+    assert not r.flagged, ("the emulator was late in every attempt", r.emulator, r.discarded)
+    assert r.recovered
+    assert r.longest_gap_ms < 700, r.longest_gap_ms  # ~300-400 ms; LACP would be ~2600
     lab.wait_healthy(30)
 
 
