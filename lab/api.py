@@ -371,24 +371,27 @@ class Lab:
             return subprocess.Popen(full, stdout=stdout if out else lg, stderr=lg,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
 
-    def measure(self, experiment: Callable[[], "ProbeResult"], attempts: int = 3,
-                healthy_timeout: float = 60) -> "ProbeResult":
-        """Run ``experiment`` (a callable that returns a ``ProbeResult``, e.g. probes around a fault) until its
-        figure is not flagged by the lateness meter, at most ``attempts`` times, the lab healthy again
-        before each retry. Returns the last result: ``result.flagged`` if every attempt was; the attempts it
-        discarded as flagged are in ``result.discarded`` (each as ``to_dict()``), so none is lost."""
+    def measure(self, experiment: Callable[[], Any], attempts: int = 3, healthy_timeout: float = 60) -> Any:
+        """Run ``experiment`` (a callable that returns a ``ProbeResult``, e.g. probes around a fault, or a
+        tuple of them, e.g. both directions) until no figure it returns is flagged by the lateness meter, at
+        most ``attempts`` times, the lab healthy again before each retry. Returns the last attempt's result
+        (same shape): flagged if every attempt was; the attempts it discarded as flagged are in each result's
+        ``discarded`` (as ``to_dict()``), so none is lost."""
         if attempts < 1:
             raise SpecError("measure: attempts must be at least 1")
-        discarded: list[dict] = []
-        for _ in range(attempts - 1):
+        discarded: list[list[dict]] = []  # per attempt, one dict per result
+
+        def parts(res: Any) -> tuple:
+            return tuple(res) if isinstance(res, tuple) else (res,)
+
+        for attempt in range(attempts):
             res = experiment()
-            if not res.flagged:
-                res.discarded = discarded
-                return res
-            discarded.append(res.to_dict())
+            if attempt == attempts - 1 or not any(r.flagged for r in parts(res)):
+                break
+            discarded.append([r.to_dict() for r in parts(res)])
             self.wait_healthy(healthy_timeout)
-        res = experiment()
-        res.discarded = discarded
+        for i, r in enumerate(parts(res)):
+            r.discarded = [d[i] for d in discarded]
         return res
 
     def wait_for(self, condition: Callable[[], Any], timeout: float = 10, interval: float = 0.05,

@@ -65,16 +65,24 @@ def test_verify_reports_a_member_whose_micro_bfd_is_down(lab):
 
 def test_a_tor_back_from_power_off_is_held_until_it_has_routes(lab):
     """The boot black hole: without the hold-down, 2.9-4.1 s of upstream loss after the repair."""
-    with lab.probes(src="s0h0", dst="s1h0", rail=0, flows=32, rate=250) as p:
-        with lab.fault("power-off", node="s0r0a"):
-            lab.wait_for(lambda: _status(lab, "s0r0a")["holddown"]["held"] or None, timeout=5)
-            time.sleep(1.0)
-        held = _status(lab, "s0r0a")["holddown"]
-        assert held["held"] and held["missing"]  # links are back, routes are not yet: still held
-        lab.wait_for(lambda: not _status(lab, "s0r0a")["holddown"]["held"] or None, timeout=15)
-        time.sleep(2.0)
-    assert p.result.recovered
-    assert p.result.lost_after_repair_1s == 0, p.result.to_dict()
+    def power_off():
+        with lab.probes(src="s0h0", dst="s1h0", rail=0, flows=32, rate=250) as p:
+            with lab.fault("power-off", node="s0r0a"):
+                lab.wait_for(lambda: _status(lab, "s0r0a")["holddown"]["held"] or None, timeout=5)
+                time.sleep(1.0)
+            held = _status(lab, "s0r0a")["holddown"]
+            assert held["held"] and held["missing"]  # links are back, routes are not yet: still held
+            lab.wait_for(lambda: not _status(lab, "s0r0a")["holddown"]["held"] or None, timeout=15)
+            time.sleep(2.0)
+        return p.result
+
+    # Why measure(): a fresh-clone CI run lost packets after the repair with the emulator 673.4 ms late
+    # (flagged): a stall that long loses packets whatever the hold-down does, so that run measured the machine
+    # Loss is judged whatever the flag says (a short gap's bound is the 5 ms floor, which a busy machine
+    # passes without losing a packet); a flagged attempt is only run again, and is kept in r.discarded
+    r = lab.measure(power_off, attempts=3)
+    assert r.recovered, r.to_dict()
+    assert r.lost_after_repair_1s == 0, r.to_dict()
     st = _status(lab, "s0r0a")["holddown"]
     assert not st["bound_hit"] and st["episodes"] >= 2  # the boot, and this power-off
     lab.wait_healthy(30)
@@ -84,17 +92,21 @@ def test_a_hung_tor_that_resumes_causes_no_second_outage(lab):
     """A 3 s hang: the aggs' BFD tears the ToR's sessions down meanwhile, so it resumes with stale routes.
     Before the resume hold, its host ports were back before bgpd had flushed and relearnt them: 397-468
     upstream packets lost after the resume in the shipped tor-hang-holddown runs of that code."""
-    with lab.probes(src="s0h0", dst="s1h0", rail=0, flows=16, rate=250) as p:
-        with lab.fault("hang", node="s0r0a"):
-            time.sleep(3.0)
-        lab.wait_for(lambda: _status(lab, "s0r0a")["holddown"]["last_resume"] or None, timeout=10)
-        lab.wait_for(lambda: not _status(lab, "s0r0a")["holddown"]["held"] or None, timeout=15)
-        time.sleep(1.5)  # the hosts take the ports back in and the flows hashed onto them run
-    st = _status(lab, "s0r0a")["holddown"]
-    assert st["last_resume"]["withdrawn"] == st["last_resume"]["relearnt"] == ["10.0.2.0/24"], st
-    assert not st["bound_hit"], st
-    assert p.result.lost_after_repair == 0, (p.result.after_repair_gap_ms, p.result.per_flow)
-    assert p.result.recovered, p.result.per_flow
+    def hang_and_resume():
+        with lab.probes(src="s0h0", dst="s1h0", rail=0, flows=16, rate=250) as p:
+            with lab.fault("hang", node="s0r0a"):
+                time.sleep(3.0)
+            lab.wait_for(lambda: _status(lab, "s0r0a")["holddown"]["last_resume"] or None, timeout=10)
+            lab.wait_for(lambda: not _status(lab, "s0r0a")["holddown"]["held"] or None, timeout=15)
+            time.sleep(1.5)  # the hosts take the ports back in and the flows hashed onto them run
+        st = _status(lab, "s0r0a")["holddown"]
+        assert st["last_resume"]["withdrawn"] == st["last_resume"]["relearnt"] == ["10.0.2.0/24"], st
+        assert not st["bound_hit"], st
+        return p.result
+
+    r = lab.measure(hang_and_resume, attempts=3)  # a stalled machine loses packets too: see above
+    assert r.lost_after_repair == 0, (r.after_repair_gap_ms, r.emulator, r.per_flow)
+    assert r.recovered, r.per_flow
     lab.wait_healthy(30)
 
 

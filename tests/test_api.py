@@ -89,6 +89,17 @@ def test_measure_retries_a_flagged_run_and_returns_the_first_unflagged(monkeypat
         lab.measure(lambda: None, attempts=0)
 
 
+def test_measure_retries_a_pair_while_either_is_flagged(monkeypatch):
+    lab = Lab.__new__(Lab)
+    monkeypatch.setattr(Lab, "wait_healthy", lambda self, timeout=60: None)
+    pairs = iter([(ProbeResult(1, 0, 0, 0, True, 0, 1, 1), ProbeResult(2, 0, 0, 0, True, 0, 1, 1, emulator={"flagged": True})),
+                  (ProbeResult(3, 0, 0, 0, True, 0, 1, 1), ProbeResult(4, 0, 0, 0, True, 0, 1, 1))])
+    up, down = lab.measure(lambda: next(pairs), attempts=3)
+    assert (up.longest_gap_ms, down.longest_gap_ms) == (3, 4)
+    # each result keeps its own direction's discarded attempt
+    assert [d["longest_gap_ms"] for d in up.discarded] == [1] and [d["longest_gap_ms"] for d in down.discarded] == [2]
+
+
 def test_lab_names_are_unique_per_module_and_xdist_worker():
     a, b = lab_name("tests/a.py", None, None), lab_name("tests/b.py", None, None)
     assert a != b and all(NAME_RE.fullmatch(x) for x in (a, b))

@@ -53,18 +53,25 @@ def _route_back(tor: list[tuple[str, str]], resumed: str, ip: str) -> str:
 
 
 def test_a_resumed_tor_is_held_until_it_can_reach_its_hosts_again(lab):
-    with lab.probes(src="s0h0", dst="s0h1", rail=0, flows=16, rate=250) as up, \
-            lab.probes(src="s0h1", dst="s0h0", rail=0, flows=16, rate=250) as down:
-        with lab.fault("hang", node="s0r0a"):
-            time.sleep(3.5)  # past the hosts' LACP timeout (3 s): they have left the ToR
-            with lab.fault("arp-flush", node="s0r0a"):  # its hosts' entries gone (here at once)
-                pass
-            time.sleep(0.5)
-        lab.wait_for(lambda: (_holddown(lab)["last_resume"] or {}).get("held_s") is not None or None, timeout=10)
-        time.sleep(2.0)  # the hosts take the ToR back and the flows hashed onto it run
-    for p in (up, down):
-        assert p.result.recovered, p.result.per_flow
-        assert p.result.lost_after_repair == 0, (p.result.after_repair_gap_ms, p.result.per_flow)
+    def hang_flush_resume():
+        with lab.probes(src="s0h0", dst="s0h1", rail=0, flows=16, rate=250) as up, \
+                lab.probes(src="s0h1", dst="s0h0", rail=0, flows=16, rate=250) as down:
+            with lab.fault("hang", node="s0r0a"):
+                time.sleep(3.5)  # past the hosts' LACP timeout (3 s): they have left the ToR
+                with lab.fault("arp-flush", node="s0r0a"):  # its hosts' entries gone (here at once)
+                    pass
+                time.sleep(0.5)
+            lab.wait_for(lambda: (_holddown(lab)["last_resume"] or {}).get("held_s") is not None or None,
+                         timeout=10)
+            time.sleep(2.0)  # the hosts take the ToR back and the flows hashed onto it run
+        return up.result, down.result
+
+    # measured again while flagged: a machine stalled for hundreds of ms loses packets whatever the
+    # hold-down does (a fresh-clone CI run of the power-off test in test_access_lab did, 673.4 ms late);
+    # the loss is judged whatever the flag says, a flagged attempt only run again
+    for r in lab.measure(hang_flush_resume, attempts=3):
+        assert r.recovered, (r.emulator, r.per_flow)
+        assert r.lost_after_repair == 0, (r.after_repair_gap_ms, r.emulator, r.per_flow)
     # the order that makes it so: the ToR's route to each host was back before the other host put the ToR
     # back among its next hops (before, the ToR let its ports in when it heard the hosts' LACPDUs, and the
     # hosts sent to it while it still had no route to their peers)

@@ -44,21 +44,27 @@ def test_the_pair_syncs_its_neighbours_over_the_peer_link(lab):
 
 
 def test_dataplane_dead_primary_takes_the_whole_set_down(lab):
-    with lab.probes(src="s1h0", dst="s0h0", rail=0, flows=32, rate=250) as p:
-        with lab.fault("dataplane-dead", node="s0r0a"):
-            lab.wait_for(lambda: _stack(lab, "s0r0b")["shut"] or None, timeout=5)
-            # only the dead primary is left. Waited for, not read once: the secondary's file says "shut" as
-            # soon as its ports are down, and the host writes its own when it next runs and sees the carrier
-            # fall, which a busy machine can put off (CI once read the host's file before that write)
-            try:
-                lab.wait_for(lambda: _nexthops(lab, "s0h0") == ["r0p0"] or None, timeout=3)
-            except AssertionError:
-                assert _nexthops(lab, "s0h0") == ["r0p0"]  # says what they were
-            time.sleep(1.5)
-        lab.wait_for(lambda: not _stack(lab, "s0r0b")["shut"] or None, timeout=5)
-        time.sleep(3.0)
+    def dataplane_dead():
+        with lab.probes(src="s1h0", dst="s0h0", rail=0, flows=32, rate=250) as p:
+            with lab.fault("dataplane-dead", node="s0r0a"):
+                lab.wait_for(lambda: _stack(lab, "s0r0b")["shut"] or None, timeout=5)
+                # only the dead primary is left. Waited for, not read once: the secondary's file says "shut" as
+                # soon as its ports are down, and the host writes its own when it next runs and sees the carrier
+                # fall, which a busy machine can put off (CI once read the host's file before that write)
+                try:
+                    lab.wait_for(lambda: _nexthops(lab, "s0h0") == ["r0p0"] or None, timeout=3)
+                except AssertionError:
+                    assert _nexthops(lab, "s0h0") == ["r0p0"]  # says what they were
+                time.sleep(1.5)
+            lab.wait_for(lambda: not _stack(lab, "s0r0b")["shut"] or None, timeout=5)
+            time.sleep(3.0)
+        return p.result
+
+    # measured again while flagged: a stalled machine can leave a flow silent at the end whatever the stack does
+    # (judged whatever the flag says; a flagged attempt is only run again)
+    r = lab.measure(dataplane_dead, attempts=3)
     # every flow stopped (not only those hashed onto the primary), and came back after the repair
-    assert p.result.flows_affected == len(p.result.per_flow) and p.result.recovered, p.result.to_dict()
+    assert r.flows_affected == len(r.per_flow) and r.recovered, r.to_dict()
     lab.wait_healthy(30)
 
 
