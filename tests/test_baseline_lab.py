@@ -7,7 +7,9 @@ The worse configuration is judged against the shipped results/link-failure: its 
 machine speed. The same configuration is judged against a baseline this test records first, on the machine
 that runs it (3 repetitions), as docs/baselines.md tells a user to: the timed figures follow the machine's
 speed, and a CI runner slower than the one that made the shipped file moved the converged gap past the
-shipped limit (162.2 ms against 140.89) while the fabric did what it always does.
+shipped limit (162.2 ms against 140.89) while the fabric did what it always does. A candidate whose worse
+figures were all flagged by the lateness meter is run again (at most 3 times), as docs/baselines.md tells a
+user to.
 
 The all-reduce's figures are reported here and not judged (--ignore 'workload.*'): they follow the CPU
 share the all-reduce gets, which the lateness meter does not bound, and on this shared 2-core machine
@@ -86,7 +88,18 @@ def _record_baseline(tmp_path, exp) -> Path:
 def test_the_same_configuration_passes_a_baseline_recorded_on_this_machine(tmp_path):
     _need_lab_machine()
     exp = _experiment(tmp_path, "bgs")
-    code, cmp, junit = _run(tmp_path, exp, "same", baseline=_record_baseline(tmp_path, exp))
+    baseline = _record_baseline(tmp_path, exp)
+    # Run again while every worse row's candidate was flagged by the lateness meter, as docs/baselines.md
+    # tells a user to ("run it again on a quieter machine before believing it"): a fresh-clone CI run judged
+    # routes_last_ms worse, 179.4 ms against a limit of 172.16, with the emulator 39.9 ms late in it. A
+    # worse row that was not flagged fails at once.
+    for attempt in range(3):
+        code, cmp, junit = _run(tmp_path, exp, f"same{attempt}", baseline=baseline)
+        worse = [r for r in cmp["rows"] if r["verdict"] == "worse"]
+        if not worse or not all("candidate flagged" in r["note"] for r in worse):
+            break
+        print(f"attempt {attempt + 1}: worse only where the machine was late, run again:",
+              [(r["stream"], r["figure"], r["candidate"], r["limit"], r["note"]) for r in worse])
     judged = [r for r in cmp["rows"] if r["verdict"] in ("worse", "within", "better")]
     print("\n".join(f"{r['stream']} {r['figure']}: {r['candidate']} (limit {r['limit']}) {r['verdict']}" for r in judged))
     assert code == 0 and cmp["ok"], [r for r in cmp["rows"] if r["verdict"] == "worse"]
