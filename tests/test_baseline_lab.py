@@ -8,8 +8,8 @@ machine speed. The same configuration is judged against a baseline this test rec
 that runs it (3 repetitions), as docs/baselines.md tells a user to: the timed figures follow the machine's
 speed, and a CI runner slower than the one that made the shipped file moved the converged gap past the
 shipped limit (162.2 ms against 140.89) while the fabric did what it always does. A candidate whose worse
-figures were all flagged by the lateness meter is run again (at most 3 times), as docs/baselines.md tells a
-user to.
+figures all belong to faults the lateness meter flagged is run again (at most 3 times), as docs/baselines.md
+tells a user to.
 
 The all-reduce's figures are reported here and not judged (--ignore 'workload.*'): they follow the CPU
 share the all-reduce gets, which the lateness meter does not bound, and on this shared 2-core machine
