@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpnlab.instrument import lateness
 from tests.conftest import ROOT
 from tests.lib.labs import _need_lab_machine, leftovers, poll
 
@@ -205,24 +206,50 @@ def test_a_shaped_link_carries_full_size_tcp_segments(rtlab):
     assert 20 < got <= 55, got
 
 
+def _upstream_within_bound(up: dict, pps: float) -> bool:
+    return up["longest_gap_ms"] < 20 and up["lost_packets"] <= pps * 0.020
+
+
+def _late_explains(up: dict, emulator: dict) -> bool:
+    """The meter's lateness in the fault's window is material to the upstream gap (its own verdict: more than
+    max(5 ms, 10 %) of the gap): a failed bound may then be the machine's, not the host agent's."""
+    return lateness.verdict(up["longest_gap_ms"], emulator)["flagged"]
+
+
+def test_an_upstream_miss_is_run_again_only_when_the_machine_was_late():
+    up = {"longest_gap_ms": 22.9, "lost_packets": 93}
+    assert not _upstream_within_bound(up, 8000)
+    assert _late_explains(up, {"late_ms": 40.0})
+    assert not _late_explains(up, {"late_ms": 3.0})  # under the 5 ms floor: the miss is the code's
+
+
 def test_failover_experiment_runs_unchanged(rtlab, tmp_path):
     rt = "clab" if rtlab.runtime == "docker" else rtlab.runtime
-    rtlab.hpnlab("run", "experiments/link-failure.yml", "--variants", "dual-tor-clos", "-n", "1", "--runtime", rt,
-                 "--out", str(tmp_path), timeout=600)
-    res = json.loads((tmp_path / "results.json").read_text())
-    run = res["variants"]["dual-tor-clos"]["runs"][0]["faults"][0]
-    streams = run["streams"]
-    print(f"[{rtlab.runtime}] downstream longest gap {streams['downstream']['longest_gap_ms']} ms, "
-          f"upstream lost {streams['upstream']['lost_packets']}", file=sys.stderr)
+    spec = yaml.safe_load((ROOT / "experiments" / "link-failure.yml").read_text())
+    pps = next(p["flows"] * p["rate"] for p in spec["probes"] if p["name"] == "upstream")
+    # Why attempts: a fresh-clone CI run of the docker half measured a 22.9 ms upstream gap (93 packets) on a
+    # machine whose steal and PSI the lateness meter sees. An attempt that misses the bound is run again (at
+    # most 3 in all) only when the meter says the emulator was materially late in that fault's window; a miss
+    # in a window it calls quiet fails at once.
+    for attempt in range(1, 4):
+        out = tmp_path / f"attempt{attempt}"
+        rtlab.hpnlab("run", "experiments/link-failure.yml", "--variants", "dual-tor-clos", "-n", "1", "--runtime",
+                     rt, "--out", str(out), timeout=600)
+        res = json.loads((out / "results.json").read_text())
+        run = res["variants"]["dual-tor-clos"]["runs"][0]["faults"][0]
+        streams, em = run["streams"], run["emulator"]
+        up = streams["upstream"]
+        print(f"[{rtlab.runtime}] attempt {attempt}: downstream longest gap {streams['downstream']['longest_gap_ms']}"
+              f" ms, upstream gap {up['longest_gap_ms']} ms, lost {up['lost_packets']}; emulator late "
+              f"{em['late_ms']} ms (steal {em.get('steal_ms')} ms, PSI {em.get('psi_some_ms')} ms)", file=sys.stderr)
+        if _upstream_within_bound(up, pps) or not _late_explains(up, em):
+            break
     # The host moves upstream traffic at once: what is lost is what it sent to the dead port before its
     # agent saw the carrier fall, never a convergence-sized gap like downstream's. The bound is on the gap;
     # the loss follows from it and the probes' rate (32 flows x 250 packets/s: 160 packets in 20 ms). Seen:
     # 1 packet in a 3.6 ms gap; in a CI run whose CPU was under pressure 90 % of the time, 8 packets (one
     # on each of 8 flows) in a 4.2 ms gap, which an earlier bound of 2 packets failed.
-    up = streams["upstream"]
-    spec = yaml.safe_load((ROOT / "experiments" / "link-failure.yml").read_text())
-    pps = next(p["flows"] * p["rate"] for p in spec["probes"] if p["name"] == "upstream")
-    assert up["longest_gap_ms"] < 20 and up["lost_packets"] <= pps * 0.020, up
+    assert _upstream_within_bound(up, pps), (up, em)
     assert 0 < streams["downstream"]["longest_gap_ms"] < 1000  # BGP withdrawal, bounded
     assert all(s["recovered"] for s in streams.values())
     for i in range(4):  # the experiment's labs are gone
