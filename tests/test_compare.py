@@ -172,6 +172,16 @@ def test_a_flagged_figure_says_the_machine_was_late():
     assert r.verdict == "worse" and "candidate flagged in 1 of 1" in r.note
 
 
+def test_a_streams_row_says_its_faults_window_was_flagged():
+    # a stream's figures share the fault's window, which the meter judges; its own figures are not judged
+    cmp = compare.compare(results(), results(gap=(300.0,), flagged="converged_gap_ms"))
+    r = row(cmp, "converged_gap_ms", stream="downstream")
+    assert r.verdict == "worse" and "candidate's fault window flagged in 1 of 1" in r.note
+    assert "the machine was late" in r.note and "candidate flagged" not in r.note
+    quiet = row(compare.compare(results(), results(gap=(300.0,))), "converged_gap_ms", stream="downstream")
+    assert quiet.verdict == "worse" and "flagged" not in quiet.note
+
+
 def test_a_failed_candidate_variant_is_a_regression():
     cand = results()
     cand["variants"]["clos"]["error"] = "lab did not come up"

@@ -257,6 +257,8 @@ class _Fig:
     pps: float | None = None  # a probe stream's packets/s (packets' bound)
     flagged: int | None = None  # in how many repetitions the meter flagged this figure (faults' JUDGED figures)
     judged: int | None = None
+    window_flagged: int | None = None  # a figure the meter does not judge itself (a stream's, the workload's):
+    #                                    in how many repetitions the window of its fault was flagged
 
 
 def _is_summary(x) -> bool:
@@ -296,14 +298,16 @@ def figures(results: dict) -> dict[str, dict[tuple[str, str, str], _Fig]]:
             flags = em.get("flagged_figures") or {}
             for name, x in f.items():
                 if _is_summary(x):
-                    judged = em.get("judged") if name in _judged() else None
+                    own = name in _judged()
                     figs[(label, "all", name)] = _Fig(f"{base}.{name}", x, pps.get("all"),
-                                                      flags.get(name, 0) if judged else None, judged)
+                                                      flags.get(name, 0) if own and em.get("judged") else None,
+                                                      em.get("judged"), None if own else em.get("flagged"))
                 elif name not in ("streams", "emulator", "timeline", "route_monitor") and isinstance(x, dict):
                     # the workload's figures, the split of the converged gap, a failed router's load on its peers
                     for m, y in x.items():
                         if _is_summary(y):
-                            figs[(label, "all", f"{name}.{m}")] = _Fig(f"{base}.{name}.{m}", y)
+                            figs[(label, "all", f"{name}.{m}")] = _Fig(f"{base}.{name}.{m}", y, judged=em.get("judged"),
+                                                                       window_flagged=em.get("flagged"))
             if "recovered_runs" in f:
                 figs[(label, "all", "recovered")] = _Fig(f"{base}.recovered_runs",
                                                          {"ok": f["recovered_runs"], "n": f.get("repetitions")})
@@ -316,8 +320,9 @@ def figures(results: dict) -> dict[str, dict[tuple[str, str, str], _Fig]]:
                                                                {"ok": wl["judged"] - wl["dead_runs"], "n": wl["judged"]})
             for s, m in (f.get("streams") or {}).items():
                 for name, x in m.items():
-                    if _is_summary(x):
-                        figs[(label, s, name)] = _Fig(f"{base}.streams.{s}.{name}", x, pps.get(s))
+                    if _is_summary(x):  # the meter judges the fault's window, which the stream's figures share
+                        figs[(label, s, name)] = _Fig(f"{base}.streams.{s}.{name}", x, pps.get(s),
+                                                      judged=em.get("judged"), window_flagged=em.get("flagged"))
                 if "recovered_runs" in m:
                     figs[(label, s, "recovered")] = _Fig(f"{base}.streams.{s}.recovered_runs",
                                                          {"ok": m["recovered_runs"], "n": f.get("repetitions")})
@@ -458,8 +463,9 @@ def compare(baseline: str | Path | dict, candidate: str | Path | dict | None = N
                 row.verdict, row.note = "ignored", "not judged (--ignore)"
             else:
                 judge(row, kind, x.pps)
-                notes = [f"{side} flagged in {f.flagged} of {f.judged}" for side, f in (("candidate", y), ("baseline", x))
-                         if f.flagged]
+                notes = [f"{side} flagged in {f.flagged} of {f.judged}" if f.flagged else
+                         f"{side}'s fault window flagged in {f.window_flagged} of {f.judged}"
+                         for side, f in (("candidate", y), ("baseline", x)) if f.flagged or f.window_flagged]
                 if notes:  # the meter says the machine moved it: run again, or read it with that error bar
                     row.note = "; ".join(filter(None, [row.note, *notes, "the machine was late"]))
             rows.append(row)
