@@ -34,6 +34,8 @@ def _cfgs(**over):
     ({"multipath": {"mode": "fare", "interval_s": 0}}, "multipath.interval_s"),
     ({"links": {"uplink": {"rate_mbit": 20}, "per_link": [{"node": "s0r0a", "iface": "agg0-1"}]}},
      "links.per_link.0.rate_mbit"),
+    ({"links": {"uplink": {"rate_mbit": 20}, "per_link": [{"node": "s0r0a", "iface": "agg0-1", "rate_mbit": 5,
+                                                           "queue_kb": 1}]}}, "links.per_link.0.queue_kb"),
 ])
 def test_spec_refuses_what_cannot_work_in_one_line(over, field):
     with pytest.raises(SpecError) as e:
@@ -65,6 +67,17 @@ def test_a_degraded_link_lowers_every_path_through_it_and_no_other():
     assert bw == {("s0r0a", "s1r0a"): 10, ("s1r0a", "s0r0a"): 10}  # min(up, down): both directions of the path
     healthy = c["agg0-0"].plain()
     assert set(node_fare.bandwidths(healthy, node_fare.capacities(healthy), node_fare.capacities(healthy)).values()) == {20}
+
+
+def test_a_degraded_link_keeps_its_class_queue_unless_the_entry_gives_one():
+    # a bundle that lost 3 of 4 members keeps each member's buffer: its queue in time stays the class's
+    cls = {"uplink": {"rate_mbit": 20, "queue_kb": 256}}
+    kept = _cfgs(links={**cls, "per_link": [{"node": "s0r0a", "iface": "agg0-1", "rate_mbit": 5}]})
+    assert kept["s0r0a"].iface("agg0-1").shape == {"rate_kbit": 5000, "queue_bytes": 256 * 1024}
+    own = _cfgs(links={**cls, "per_link": [{"node": "s0r0a", "iface": "agg0-1", "rate_mbit": 5, "queue_kb": 64}]})
+    for node, iface in (("s0r0a", "agg0-1"), ("agg0-1", "s0r0a")):  # both ends
+        assert own[node].iface(iface).shape == {"rate_kbit": 5000, "queue_bytes": 64 * 1024}
+    assert own["s0r0a"].iface("agg0-0").shape["queue_bytes"] == 256 * 1024  # no other link
 
 
 def test_only_fare_aggs_carry_the_policy_and_run_the_agent():

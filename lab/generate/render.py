@@ -19,7 +19,7 @@ from hpnlab.node import plan
 from hpnlab.node.agents import fare
 from hpnlab.model.paths import data_dir
 from hpnlab.generate.picture import fabric_svg
-from hpnlab.model.spec import FARE_MODES, SPRAY_MODES
+from hpnlab.model.spec import FARE_MODES, SPRAY_MODES, LinkRate
 from hpnlab.model.topology import IFNAMSIZ, Link, Node, Topology, check_interface_names, summary
 
 # The node images a containerlab topology names (render writes them into it; `hpnlab images build` makes them).
@@ -78,8 +78,8 @@ def _ends(lk: Link, side: int):
     return (lk.a, lk.b) if side == 0 else (lk.b, lk.a)
 
 
-def per_link_rates(topo: Topology) -> dict[tuple[str, str], float]:
-    """(node, iface) of both ends of every link that ``links.per_link`` names -> its rate (Mbit/s);
+def per_link_rates(topo: Topology) -> dict[tuple[str, str], LinkRate]:
+    """(node, iface) of both ends of every link that ``links.per_link`` names -> its entry (rate, queue);
     one line naming the entry for a link that is not in the lab."""
     ends = {(e.node, e.iface): (lk, e) for lk in topo.links for e in (lk.a, lk.b)}
     out = {}
@@ -98,12 +98,12 @@ def per_link_rates(topo: Topology) -> dict[tuple[str, str], float]:
             raise SpecError(f"spec field 'links.per_link.{i}.rate_mbit': {r.rate_mbit:g} with multipath.mode "
                             f"'{mode}': an uplink's rate is carried in BGP as 1..25600 Mbit/s (FRR 8.4)")
         for e in (lk.a, lk.b):
-            out[(e.node, e.iface)] = r.rate_mbit
+            out[(e.node, e.iface)] = r
     return out
 
 
 def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]]],
-                rates: dict[tuple[str, str], float] | None = None) -> dict:
+                rates: dict[tuple[str, str], LinkRate] | None = None) -> dict:
     """What the runtime and the node's agent need to bring this node up, as plain JSON data."""
     spec = topo.spec.dilated()  # the timers the agents run (spec.time_dilation)
     k = spec.time_dilation
@@ -114,9 +114,10 @@ def node_config(topo: Topology, node: Node, adj: dict[str, list[tuple[Link, int]
         ifc = {"name": local.iface, "mac": local.mac, "peer": remote.node, "peer_iface": remote.iface,
                "kind": lk.kind}
         shape = capacity.shape_of(getattr(spec.links, lk.kind, None))  # peer/oob links: never shaped
-        if (local.node, local.iface) in rates:  # this link runs at its own rate (the class's queue, or 256 KB)
-            shape = {"rate_kbit": max(1, round(rates[(local.node, local.iface)] * 1000)),
-                     "queue_bytes": shape["queue_bytes"] if shape else 256 * 1024}
+        own = rates.get((local.node, local.iface))
+        if own:  # this link runs at its own rate (its own queue, else the class's, else 256 KB)
+            queue = own.queue_kb * 1024 if own.queue_kb else shape["queue_bytes"] if shape else 256 * 1024
+            shape = {"rate_kbit": max(1, round(own.rate_mbit * 1000)), "queue_bytes": queue}
         if shape:
             ifc["shape"] = shape
         ifaces.append(ifc)

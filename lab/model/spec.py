@@ -187,6 +187,11 @@ class LinkRate(_Strict):
     node: str = Field(description="one end's node, e.g. s0r0a")
     iface: str = Field(description="that node's interface on the link (a ToR names its uplink after the agg: agg0-1)")
     rate_mbit: float = Field(gt=0, le=100000, description="the link's rate, Mbit/s, each way")
+    queue_kb: int | None = Field(None, ge=4, le=65536, description=(
+        "the link's queue per end, KB (default: its class's). A bundle that lost members keeps each remaining "
+        "member's buffer, so its queue in time stays the healthy link's: scale it with the rate (a class's 256 KB "
+        "at a quarter of the rate: 64). Left at the class's, the queue lasts as many times longer as the rate is "
+        "lower (256 KB at 5 Mbit/s: 420 ms, beyond BFD's 300 ms detection), and BFD's packets wait in it"))
 
 
 class Links(_Strict):
@@ -198,7 +203,7 @@ class Links(_Strict):
     core: LinkClass | None = Field(None, description="agg-core links")
     per_link: list[LinkRate] = Field([], description=(
         "links at another rate than their class, e.g. [{node: s0r0a, iface: agg0-1, rate_mbit: 10}] (the queue "
-        "stays the class's)"))
+        "stays the class's unless the entry gives queue_kb)"))
     offloads: bool = Field(False, description=(
         "false: every interface sends MTU-sized packets (GSO capped at one segment), so loss, one-way faults and "
         "queue limits act on each frame as on a switch; true: the kernel's TCP segmentation offload, ~64 KB "
