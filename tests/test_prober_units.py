@@ -77,6 +77,47 @@ def test_one_rail_of_two_segments_cannot_tell_uplink_from_downlink(cfgs):
     assert ["agg0-0>s1r0a", "s0r0a>agg0-0"] in probeplan.alike(chosen, list(have))
 
 
+def test_choice_tells_every_two_links_apart_by_two_paths():
+    """A link whose every path also crosses another is told from it only by the other's remaining paths;
+    one such path is too few (the plan that let a CI run confirm an access link for its uplink's loss):
+    the choice adds paths until every two links sharing a path differ in ``apart`` of them."""
+    up, acc = "t>a", "t2>h"  # the access link's two paths both cross the uplink, which has one more
+    rows = [{"src": "h0", "dst": "h", "sport": 1, "hops": ["h0", "t", "a", "t2", "h"]},
+            {"src": "h1", "dst": "h", "sport": 2, "hops": ["h1", "t", "a", "t2", "h"]},
+            {"src": "h0", "dst": "a", "sport": 3, "hops": ["h0", "t", "a"]},
+            {"src": "a", "dst": "h", "sport": 4, "hops": ["a", "t2", "h"]},
+            {"src": "h1", "dst": "a", "sport": 5, "hops": ["h1", "t", "a"]},
+            {"src": "a", "dst": "h", "sport": 6, "hops": ["a", "t2", "h"]}]
+    links = [up, acc]
+    one, _ = probeplan.choose(rows, 2, links, apart=1)
+    assert probeplan.close(one, links, 2) == [(acc, up)]  # told apart by one path only
+    two, _ = probeplan.choose(rows, 2, links, apart=2)
+    assert probeplan.close(two, links, 2) == [] and len(two) > len(one)
+    # and a pair no candidate can split is reported, not looped on
+    assert probeplan.close(rows[:2], links, 2) == [(acc, up)]
+    assert probeplan.choose(rows[:2], 2, links, apart=2)[0] == rows[:2]
+
+
+def test_a_fault_starting_mid_window_is_confirmed_on_its_own_link(cfgs):
+    """1 % loss starting on a link, judged window by window as the prober does (hpnlab.instrument.probesim):
+    with the paths apart by 2 and the margin, the first link confirmed is the faulty one in every simulated
+    fault; with the old rules (apart 1, no margin) some fault confirms another link first, so this test
+    can tell the two apart. Victims: links the old plan told apart from another by one path only."""
+    from hpnlab.instrument import probesim
+    from hpnlab.traffic.run.prober import DEFAULTS
+
+    rows, want = _rows(cfgs) + _switch_rows(cfgs), probeplan.fabric_links(cfgs)
+    old, _ = probeplan.choose(rows, 2, want, apart=1)
+    new, _ = probeplan.choose(rows, 2, want, apart=DEFAULTS["apart"])
+    victims = sorted({lk for pair in probeplan.close(old, want, 2) for lk in pair})[:6]
+    assert victims, "the old plan has no close pair here: the test would not tell the rules apart"
+    now = probesim.sweep(new, victims, 40, DEFAULTS)
+    assert now["wrong"] == 0 and now["unconfirmed"] == 0 and now["right"] == now["faults"] == 240, now
+    before = probesim.sweep(old, victims, 40, {**DEFAULTS, "min_margin": float("-inf")})
+    print("old rules:", before["wrong"], "wrong of", before["faults"], before["wrong_pairs"])
+    assert before["wrong"] > 0, before
+
+
 def test_choice_reports_links_no_candidate_crosses(cfgs):
     rows = [r for r in _rows(cfgs) if r["agg"] != "agg0-1"]
     chosen, have = probeplan.choose(rows, 2, probeplan.fabric_links(cfgs))

@@ -446,7 +446,8 @@ def add_parsers(sub) -> None:
 
     hl = sub.add_parser("health", help="black-box link health: probe every link, name a lossy one (--isolate: take it out)",
                         description="Probe the running lab's access and ToR-agg links with the black-box prober for "
-                                    "--for seconds: paths chosen so every directed link lies on >= 2 of them, per-link "
+                                    "--for seconds: paths chosen so every directed link lies on >= 2 of them and any two links "
+                                    "sharing a path differ in >= 2, per-link "
                                     "loss bounds from per-path loss, a suspect with a confidence. --isolate takes a "
                                     "confirmed suspect out of service (guarded; put back at the end).",
                         epilog="examples:\n  sudo hpnlab health --for 10\n  sudo hpnlab health --for 30 --isolate --json")
