@@ -18,7 +18,7 @@ the other's remaining paths, and one such path is not enough: in a window where 
 loss, 500 probes: e^-5 for a full window, more often in the first windows of a fault) the inner link
 explains the loss as well. The default lab's plan once put an access link's only two paths both
 through an uplink with one more path, and a CI run confirmed the access link for a 1 % loss on the
-uplink (simulated on that plan: 6 % of such faults). Paths
+uplink (bench/prober_rules.py measures how often each rule set does so). Paths
 that end or start at a switch matter here: between the hosts of a two-segment lab's rail, every path up
 s0r0a>agg0-0 comes down agg0-0>s1r0a (a host reaches another rail's NIC through its own rail's port,
 not the fabric), and only a path from a host to agg0-0 itself, or from agg0-0 to a host, tells the two

@@ -36,11 +36,9 @@ from hpnlab.traffic.run.nodetools import craft
 # probes in the window) nothing is named: on synthetic windows of the default lab's paths, 0.1 % loss with
 # min_lost 2 named the wrong link about as often as the right one (a link with two paths, both through the
 # faulty one, reaches the threshold by chance); with 5, none in 100 windows (and the right one in 2)
-# apart 2 and min_margin 4.6 (a likelihood ratio of 100): on the default lab's candidate paths, 1 % loss
-# starting on each of its 64 directed links in turn, simulated (300 faults each, a judgement every 0.5 s),
-# the old rules (paths apart by 1, no margin) confirmed a wrong link in 3.7 % of faults; apart 2 alone in
-# 1.7 %, with the margin in 0.03 % (5 of 19200), for 74 paths instead of 57 and a median of 3 s to confirm
-# instead of 2.5 (tests/test_prober_units.py runs a smaller version)
+# apart 2 and min_margin 4.6 (a likelihood ratio of 100): bench/prober_rules.py compares them with each
+# alone and with neither on the default lab's own path map, 1 % loss starting on each of its links in turn
+# (results/prober-rules); tests/test_prober_units.py runs a small version
 DEFAULTS = {"rate": 100.0, "sports": 16, "cover": 2, "apart": 2, "window_s": 5.0, "step_s": 0.5, "grace_s": 1.0,
             "bucket_s": 0.5, "min_lost": 5, "min_loss": 0.002, "background": 1e-4, "min_confidence": 0.9,
             "min_margin": 4.6, "confirm": 2, "port": 9450}
