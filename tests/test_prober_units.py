@@ -245,6 +245,16 @@ def test_prober_judges_the_node_programs_lines(cfgs, tmp_path):
     p.judge(now=1006.5)
     assert [e["event"] for e in p.events] == ["suspected", "confirmed"] and p.events[1]["link"] == victim
     assert p.events[1]["node"] == "s0r0a" and p.events[1]["iface"] == "agg0-0" and p.events[1]["t"] == 1006.5
+    # the link stays named: no new suspicion; a judgement naming nothing, then the link again: a new one
+    p.judge(now=1006.5)
+    assert [e["event"] for e in p.events] == ["suspected", "confirmed"]
+    p._counts.clear()
+    p.judge(now=1007.0)
+    p._offsets.clear()  # the files written again from the start
+    _lines(tmp_path, p, sent, lambda r: {str(b): 50 - (3 if victim in probeplan.links_of(r) and b % 3 == 0 else 0)
+                                         for b in range(2000, 2010)})
+    p.judge(now=1006.0)
+    assert [e["event"] for e in p.events] == ["suspected", "confirmed", "suspected"], p.events
 
 
 def test_a_receiver_that_reports_late_is_not_charged_with_loss(cfgs, tmp_path):

@@ -260,9 +260,11 @@ class Prober:
         self.judgements.append({"t": round(now, 3), "suspects": sus[:3]})
         del self.judgements[:-200]
         top = tomography.named(sus, self.s["min_confidence"], self.s["min_margin"])
-        if top and not any(e["link"] == top["link"] and e["event"] == "suspected" for e in self.events[-20:]):
-            self._event("suspected", top, now)
         link, n = self._streak
+        # a suspicion each time a link becomes the named top suspect (not while it stays so): deduplicating
+        # over the last events instead left a second fault on the same link without its own suspicion
+        if top and top["link"] != link:
+            self._event("suspected", top, now)
         n = n + 1 if top and top["link"] == link else (1 if top else 0)
         self._streak = (top["link"] if top else None, n)
         if top and n == int(self.s["confirm"]):
