@@ -93,8 +93,9 @@ def test_a_quiet_machine_does_not_wait(tmp_path):
 
 
 # scripts that measure nothing: merge_results joins results, rerun_results runs hpnlab run (which settles),
-# time_dilation_fit fits a results folder
-NOT_MEASURING = ("merge_results.py", "rerun_results.py", "time_dilation_fit.py")
+# time_dilation_fit fits a results folder, prober_rules simulates the prober's judging (its figures are counts
+# of simulated faults and simulated seconds; the lab gives only its path map, the switches' deterministic hash)
+NOT_MEASURING = ("merge_results.py", "rerun_results.py", "time_dilation_fit.py", "prober_rules.py")
 BENCH_WRITERS = sorted(p for p in (ROOT / "bench").glob("*.py") if p.name not in NOT_MEASURING)
 
 
