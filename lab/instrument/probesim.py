@@ -32,9 +32,8 @@ def first_confirmed(chosen: list[dict], victim: str, rng: random.Random, setting
         stats = [tomography.PathStat(ls, per * nb, sum(h[i] for h in hist)) for i, ls in enumerate(links)]
         sus = tomography.suspects(stats, int(settings["min_lost"]), settings["min_loss"], settings["background"])
         top = tomography.named(sus, settings["min_confidence"], settings["min_margin"])
-        n = streak[1] + 1 if top and top["link"] == streak[0] else (1 if top else 0)
-        streak = (top["link"] if top else None, n)
-        if top and n >= int(settings["confirm"]):
+        streak = tomography.advance(streak, top)
+        if top and streak[1] >= int(settings["confirm"]):
             return top["link"], round(k * settings["bucket_s"], 3)
     return None, None
 

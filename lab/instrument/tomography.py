@@ -149,3 +149,12 @@ def named(sus: list[dict], min_confidence: float = 0.9, min_margin: float = 4.6)
     if top is None or top["confidence"] < min_confidence or top.get("margin", math.inf) < min_margin:
         return None
     return top
+
+
+def advance(streak: tuple[str | None, int], top: dict | None) -> tuple[str | None, int]:
+    """The confirmation rule's state after one judgement: (the named link, how many judgements in a row have
+    named it); ``top`` is that judgement's ``named`` result. The prober confirms a link when the count reaches
+    its ``confirm``; hpnlab.instrument.probesim applies the same rule to simulated windows."""
+    if top is None:
+        return None, 0
+    return top["link"], streak[1] + 1 if top["link"] == streak[0] else 1

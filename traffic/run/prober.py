@@ -260,14 +260,12 @@ class Prober:
         self.judgements.append({"t": round(now, 3), "suspects": sus[:3]})
         del self.judgements[:-200]
         top = tomography.named(sus, self.s["min_confidence"], self.s["min_margin"])
-        link, n = self._streak
+        self._streak = tomography.advance(self._streak, top)
         # a suspicion each time a link becomes the named top suspect (not while it stays so): deduplicating
         # over the last events instead left a second fault on the same link without its own suspicion
-        if top and top["link"] != link:
+        if top and self._streak[1] == 1:
             self._event("suspected", top, now)
-        n = n + 1 if top and top["link"] == link else (1 if top else 0)
-        self._streak = (top["link"] if top else None, n)
-        if top and n == int(self.s["confirm"]):
+        if top and self._streak[1] == int(self.s["confirm"]):
             self._event("confirmed", top, now)
         self._judge_cpu += time.thread_time() - c0
         return sus
